@@ -1,0 +1,47 @@
+"""The Kubernetes cluster the serving graph lands on, and its namespace."""
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from kimi_k3 import manifests
+from kimi_k3.config import ClusterConfig
+from kimi_k3.graph import ServingGraph
+
+from .kubernetes import register
+
+
+class ClusterArgs:
+    def __init__(self, cluster: ClusterConfig, graph: ServingGraph, kubeconfig: Optional[pulumi.Input[str]] = None):
+        """
+        :param cluster: `kimi-k3:cluster` — `existing` (kubeconfig/context) or `render` (YAML to a directory).
+        :param graph: the serving graph; its namespace is created here.
+        :param kubeconfig: secret kubeconfig contents for `existing`; None uses $KUBECONFIG / ~/.kube/config.
+        """
+        self.cluster = cluster
+        self.graph = graph
+        self.kubeconfig = kubeconfig
+
+
+class Cluster(pulumi.ComponentResource):
+    """A Kubernetes provider for the selected cluster mode, plus the namespace everything lives in.
+
+    The EKS issue adds `mode: eks` here: it builds the cluster and hands over the same provider."""
+
+    provider: k8s.Provider
+    namespace: pulumi.CustomResource
+
+    def __init__(self, name: str, args: ClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("kimi-k3:cluster:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        if args.cluster.mode == "render":
+            self.provider = k8s.Provider(f"{name}-provider", render_yaml_to_directory=args.cluster.render_dir, opts=child)
+        else:
+            self.provider = k8s.Provider(f"{name}-provider", kubeconfig=args.kubeconfig,
+                                         context=args.cluster.context, opts=child)
+        # Retained: deleting a namespace deletes the model-cache PVC inside it.
+        self.namespace = register(f"{name}-namespace", manifests.namespace(args.graph), pulumi.ResourceOptions(
+            parent=self, provider=self.provider, retain_on_delete=True))
+        self.register_outputs({"namespace": self.namespace.metadata["name"]})

@@ -1,0 +1,52 @@
+"""The model cache: the HF token Secret, the RWX volume, and the Job that downloads and verifies weights."""
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+
+from kimi_k3 import manifests
+from kimi_k3.graph import ServingGraph
+
+from .kubernetes import register
+
+
+class ModelCacheArgs:
+    def __init__(self, graph: ServingGraph, hf_token: pulumi.Input[str], storage_class: str, size_gi: int,
+                 download_image: str, hub_version: str):
+        """
+        :param graph: the serving graph (namespace, model repo, revision, cache path).
+        :param hf_token: Hugging Face token, a Pulumi secret; it reaches the cluster only as a Secret.
+        :param storage_class: ReadWriteMany StorageClass of the cache volume.
+        :param size_gi: cache volume size in GiB.
+        :param download_image: image that runs `hf download` and the checkpoint verification.
+        :param hub_version: huggingface_hub version the Job installs.
+        """
+        self.graph = graph
+        self.hf_token = hf_token
+        self.storage_class = storage_class
+        self.size_gi = size_gi
+        self.download_image = download_image
+        self.hub_version = hub_version
+
+
+class ModelCache(pulumi.ComponentResource):
+    """Weights on a shared volume, downloaded once and checked shard by shard before any worker starts.
+
+    The volume is protected and retained: `pulumi destroy` or a replaced graph never deletes 1.5 TB of weights."""
+
+    volume: pulumi.CustomResource
+    download: pulumi.CustomResource
+
+    def __init__(self, name: str, args: ModelCacheArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("kimi-k3:model:ModelCache", name, None, opts)
+        g = args.graph
+        child = pulumi.ResourceOptions(parent=self)
+        secret = register(f"{name}-hf-token", manifests.hf_token_secret(g, args.hf_token), child)
+        self.volume = register(f"{name}-volume", manifests.model_cache_pvc(g, args.storage_class, args.size_gi),
+                               pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True))
+        script = register(f"{name}-verify-script", manifests.verify_script_config_map(g), child)
+        self.download = register(
+            f"{name}-download", manifests.download_job(g, args.download_image, args.hub_version),
+            pulumi.ResourceOptions(parent=self, depends_on=[secret, self.volume, script]))
+        self.register_outputs({"volume": self.volume.metadata["name"], "modelPath": g.model_path})

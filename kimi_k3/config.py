@@ -1,0 +1,198 @@
+"""Typed stack configuration: every `kimi-k3:*` key, validated before any resource is registered.
+
+Secrets (`kimi-k3:hfToken`, `kimi-k3:kubeconfig`) are never read into these models: only whether they are
+set. Their values stay Pulumi Outputs and reach Kubernetes through a Secret.
+"""
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NAMESPACE = "kimi-k3"
+SECRET_KEYS = ("hfToken", "kubeconfig")
+RECIPES = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
+
+# Provisioners whose volumes attach to one node at a time: a 1.5 TB cache shared by every worker needs RWX.
+RWO_ONLY_PROVISIONERS = {
+    "ebs.csi.aws.com", "kubernetes.io/aws-ebs", "pd.csi.storage.gke.io", "kubernetes.io/gce-pd",
+    "disk.csi.azure.com", "kubernetes.io/azure-disk", "rancher.io/local-path", "kubernetes.io/no-provisioner",
+}
+# Default class names of managed clusters that are block storage (EKS gp2/gp3, GKE standard-rwo, AKS managed-csi).
+RWO_ONLY_CLASS_NAMES = {"gp2", "gp3", "standard-rwo", "premium-rwo", "managed-csi", "managed-premium", "local-path"}
+
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+Quantity = Annotated[str, Field(pattern=QUANTITY)]
+# A flag map: `--flag: value`; `true` is a bare flag; `null` (in overrides) drops the flag.
+FlagValue = Union[bool, str, int, float, None]
+
+
+class ConfigError(Exception):
+    """One clear, user-facing configuration error (key, value, what is allowed)."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class ClusterConfig(Strict):
+    """`kimi-k3:cluster`: where the Kubernetes objects go."""
+
+    mode: Literal["existing", "render"] = Field(
+        "render", description="`existing`: a cluster from kubeconfig/context; `render`: write YAML to renderDir, no cluster")
+    context: Optional[str] = Field(None, description="kubeconfig context (existing mode); the kubeconfig itself is the secret `kimi-k3:kubeconfig` or $KUBECONFIG")
+    render_dir: str = Field("rendered", alias="renderDir", description="directory for manifests in render mode")
+
+
+class StorageConfig(Strict):
+    """`kimi-k3:storage`: the ReadWriteMany volume that caches the checkpoint."""
+
+    storage_class: str = Field(alias="storageClass", pattern=DNS_LABEL.replace("{0,61}", "{0,252}"),
+                               description="StorageClass of the model-cache PVC; must support ReadWriteMany")
+    provisioner: Optional[str] = Field(None, description="the class's provisioner, when known, to reject block storage")
+    size_gi: Optional[int] = Field(None, alias="sizeGi", ge=1, description="PVC size; default: checkpoint size plus headroom")
+    headroom_percent: int = Field(25, alias="headroomPercent", ge=0, le=400, description="space over the checkpoint size for partial downloads and metadata")
+
+    @model_validator(mode="after")
+    def _rwx_capable(self) -> "StorageConfig":
+        if self.provisioner in RWO_ONLY_PROVISIONERS or self.storage_class in RWO_ONLY_CLASS_NAMES:
+            what = f"provisioner {self.provisioner}" if self.provisioner in RWO_ONLY_PROVISIONERS else "that class"
+            raise ValueError(
+                f"storage class {self.storage_class!r} is not ReadWriteMany-capable ({what} is block storage); "
+                "use a shared filesystem class (FSx for Lustre, EFS, Filestore, Azure Files, NFS)")
+        return self
+
+
+class ModelConfig(Strict):
+    """`kimi-k3:model`: which checkpoint, and where it lives in the cache."""
+
+    repo: str = Field("moonshotai/Kimi-K3", pattern=r"^[\w.-]+/[\w.-]+$")
+    revision: str = Field("main", description="Hugging Face revision; pin a commit sha for reproducible weights")
+    served_model_name: str = Field("moonshotai/Kimi-K3", alias="servedModelName")
+    cache_mount_path: str = Field("/model-cache", alias="cacheMountPath", pattern=r"^/[\w./-]*$")
+    download_image: str = Field("python:3.12.11-slim-bookworm", alias="downloadImage",
+                                description="image for the download Job (Docker Hub official python image)")
+    hub_version: str = Field("1.16.4", alias="hubVersion", pattern=r"^\d+\.\d+\.\d+$",
+                             description="huggingface_hub version the Job installs (upstream model-download.yaml pins 1.16.4)")
+
+
+class RoleOverride(Strict):
+    """`kimi-k3:serving.roles.<role>`: per-role overrides of the recipe."""
+
+    replicas: Optional[int] = Field(None, ge=0)
+    tp: Optional[int] = Field(None, ge=1, description="tensor-parallel size; must fill whole nodes")
+    nodes_per_replica: Optional[int] = Field(None, alias="nodesPerReplica", ge=1)
+    gpu_memory_utilization: Optional[float] = Field(None, alias="gpuMemoryUtilization", gt=0, le=1)
+    shared_memory_size: Optional[Quantity] = Field(None, alias="sharedMemorySize")
+    extra_args: dict[str, FlagValue] = Field(default_factory=dict, alias="extraArgs")
+    env: dict[str, Optional[str]] = Field(default_factory=dict)
+
+    @field_validator("extra_args")
+    @classmethod
+    def _flags(cls, v: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        for flag in v:
+            if not flag.startswith("--"):
+                raise ValueError(f"extra arg {flag!r} must be a long flag starting with '--'")
+        return v
+
+
+class FrontendOverride(Strict):
+    replicas: Optional[int] = Field(None, ge=1)
+    extra_args: dict[str, FlagValue] = Field(default_factory=dict, alias="extraArgs")
+    env: dict[str, Optional[str]] = Field(default_factory=dict)
+
+
+class ServingConfig(Strict):
+    """`kimi-k3:serving`: the serving graph's knobs and overrides of the recipe."""
+
+    namespace: str = Field("kimi-k3", pattern=DNS_LABEL)
+    image: Optional[str] = Field(None, description="replaces the recipe's runtime image (all roles)")
+    runtime_version: Optional[str] = Field(None, alias="runtimeVersion", description="semver of the image for runtimeVersionOverride")
+    pd_ratio: Optional[str] = Field(None, alias="pdRatio", pattern=r"^[0-9]+:[0-9]+$",
+                                    description="prefill:decode replicas, e.g. 1:2 (disaggregated recipes only)")
+    startup_probe_seconds: int = Field(7200, alias="startupProbeSeconds", ge=60,
+                                       description="startup probe budget of each worker (weights load + warmup)")
+    ready_timeout_seconds: int = Field(14400, alias="readyTimeoutSeconds", ge=60,
+                                       description="how long `pulumi up` waits for the graph to be Ready")
+    download_timeout_seconds: int = Field(28800, alias="downloadTimeoutSeconds", ge=60,
+                                          description="how long `pulumi up` waits for the weights download and check")
+    frontend: FrontendOverride = Field(default_factory=FrontendOverride)
+    roles: dict[str, RoleOverride] = Field(default_factory=dict)
+
+
+class PricingConfig(Strict):
+    """`kimi-k3:pricing`: what one GPU instance costs, with where that number comes from."""
+
+    instance_hour_usd: float = Field(alias="instanceHourUsd", gt=0)
+    source: str = Field(min_length=1)
+    as_of: str = Field(alias="asOf", pattern=r"^\d{4}-\d{2}(-\d{2})?$")
+
+
+class StackConfig(Strict):
+    """Everything under the `kimi-k3:` namespace of a stack."""
+
+    recipe: Literal["gb200", "gb200-disagg", "gb300", "gb300-disagg"]
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    storage: StorageConfig
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    serving: ServingConfig = Field(default_factory=ServingConfig)
+    pricing: Optional[PricingConfig] = None
+    hf_token_set: bool = Field(False, alias="hfToken")
+    kubeconfig_set: bool = Field(False, alias="kubeconfig")
+
+
+def _key_of(loc: tuple[Any, ...]) -> str:
+    """pydantic location -> the config key a user types, e.g. kimi-k3:serving.roles.decode.replicas."""
+    names = [str(p) for p in loc if not str(p).startswith(("function-", "literal["))]
+    if not names:
+        return f"{NAMESPACE}:<stack>"
+    return f"{NAMESPACE}:{names[0]}" + "".join(f".{n}" for n in names[1:])
+
+
+def format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        key = _key_of(e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{key}: unknown key (check the spelling against the README's configuration reference)")
+        elif e["type"] == "missing":
+            lines.append(f"{key}: required but not set")
+        else:
+            lines.append(f"{key} = {json.dumps(e.get('input'), default=str)}: {msg}")
+    return "invalid stack configuration:\n  " + "\n  ".join(lines)
+
+
+def parse_stack_config(raw: dict[str, Any], secret_keys: set[str]) -> StackConfig:
+    """Validate a `{"kimi-k3:key": value}` mapping (values may be JSON strings, as Pulumi passes them).
+
+    `secret_keys` are the full keys the engine marks secret: a token set without `--secret` is rejected."""
+    fields: dict[str, Any] = {}
+    for full_key, value in sorted(raw.items()):
+        ns, _, key = full_key.partition(":")
+        if ns != NAMESPACE:
+            continue
+        if key in SECRET_KEYS:
+            if value not in (None, "") and full_key not in secret_keys:
+                raise ConfigError(
+                    f"{full_key}: stored in plaintext; remove it and run `pulumi config set --secret {full_key} ...`")
+            fields[key] = value not in (None, "")
+            continue
+        if isinstance(value, str) and value[:1] in "{[":
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{full_key}: not valid JSON/YAML structure ({exc})") from None
+        fields[key] = value
+    try:
+        cfg = StackConfig.model_validate(fields)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+    if not cfg.hf_token_set:
+        raise ConfigError(
+            f"{NAMESPACE}:hfToken: required but not set; run `pulumi config set --secret {NAMESPACE}:hfToken hf_...` "
+            "(a Hugging Face read token; it is stored encrypted and reaches the cluster only as a Secret)")
+    return cfg

@@ -1,0 +1,354 @@
+"""The serving graph: recipe data + stack overrides -> roles, TP, nodes, flags, env (pure, no Pulumi)."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import Field, ValidationError
+
+from .config import (
+    ConfigError, FlagValue, Quantity, StackConfig, Strict, format_validation_error,
+)
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+# Flags the graph derives from typed fields: set them through their config keys, not extraArgs.
+DERIVED_WORKER_FLAGS = {
+    "--model": "kimi-k3:model", "--served-model-name": "kimi-k3:model.servedModelName",
+    "--tensor-parallel-size": "kimi-k3:serving.roles.<role>.tp",
+    "--gpu-memory-utilization": "kimi-k3:serving.roles.<role>.gpuMemoryUtilization",
+    "--kv-cache-dtype": "the recipe's kvCacheDtype", "--max-model-len": "the recipe's maxModelLen",
+    "--block-size": "the recipe's blockSize", "--kv-events-config": "the recipe's publishesKvEvents",
+}
+DERIVED_FRONTEND_FLAGS = {"--kv-cache-block-size": "the recipe's blockSize"}
+
+
+class RoleRecipe(Strict):
+    component: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")
+    type: Literal["prefill", "decode", "worker"]
+    tp: int = Field(ge=1)
+    replicas: int = Field(ge=0)
+    gpu_memory_utilization: float = Field(alias="gpuMemoryUtilization", gt=0, le=1)
+    shared_memory_size: Quantity = Field(alias="sharedMemorySize")
+    publishes_kv_events: bool = Field(alias="publishesKvEvents")
+    cpu: Optional[str] = None
+    memory: Optional[Quantity] = None
+    args: dict[str, FlagValue] = Field(default_factory=dict)
+    env: dict[str, Optional[str]] = Field(default_factory=dict)
+
+
+class FrontendRecipe(Strict):
+    replicas: int = Field(1, ge=1)
+    cpu: Optional[str] = None
+    memory: Optional[Quantity] = None
+    args: dict[str, FlagValue] = Field(default_factory=dict)
+    env: dict[str, Optional[str]] = Field(default_factory=dict)
+
+
+class WorkerRecipe(Strict):
+    pod_annotations: dict[str, str] = Field(default_factory=dict, alias="podAnnotations")
+    args: dict[str, FlagValue] = Field(default_factory=dict)
+    env: dict[str, Optional[str]] = Field(default_factory=dict)
+
+
+class Recipe(Strict):
+    platform: Literal["gb200", "gb300"]
+    image: str
+    runtime_version: Optional[str] = Field(None, alias="runtimeVersion")
+    block_size: int = Field(alias="blockSize", ge=1)
+    max_model_len: int = Field(alias="maxModelLen", ge=1)
+    kv_cache_dtype: Literal["fp8", "bf16", "auto"] = Field(alias="kvCacheDtype")
+    kv_events_port: int = Field(alias="kvEventsPort", ge=1024, le=65535)
+    frontend: FrontendRecipe
+    worker: WorkerRecipe
+    roles: dict[str, RoleRecipe]
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str
+    gpu_product_label: str
+    gpus_per_node: int
+    hbm_gb: float
+    nvlink_domain_nodes: int
+    arch: str
+
+
+@dataclass(frozen=True)
+class Role:
+    """One worker role (a DGD component): `replicas` TP groups of `nodes_per_replica` pods, one pod per node."""
+
+    key: str
+    component: str
+    type: str
+    tp: int
+    gpus_per_node: int
+    nodes_per_replica: int
+    replicas: int
+    gpu_memory_utilization: float
+    kv_cache_dtype: str
+    max_model_len: int
+    shared_memory_size: str
+    publishes_kv_events: bool
+    cpu: Optional[str]
+    memory: Optional[str]
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    pod_annotations: tuple[tuple[str, str], ...]
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.replicas
+
+    @property
+    def nodes(self) -> int:
+        return self.nodes_per_replica * self.replicas
+
+
+@dataclass(frozen=True)
+class Frontend:
+    component: str
+    replicas: int
+    cpu: Optional[str]
+    memory: Optional[str]
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    http_port: int
+
+
+@dataclass(frozen=True)
+class ServingGraph:
+    stack: str
+    recipe: str
+    name: str
+    namespace: str
+    platform: Platform
+    image: str
+    runtime_version: Optional[str]
+    block_size: int
+    model_repo: str
+    model_revision: str
+    served_model_name: str
+    cache_mount_path: str
+    model_path: str
+    frontend: Frontend
+    roles: tuple[Role, ...]
+    startup_probe_seconds: int
+    ready_timeout_seconds: int
+    download_timeout_seconds: int
+
+    @property
+    def gpus(self) -> int:
+        return sum(r.gpus for r in self.roles)
+
+    @property
+    def nodes(self) -> int:
+        return sum(r.nodes for r in self.roles)
+
+    @property
+    def frontend_service(self) -> str:
+        # The Dynamo operator names a component's Service <graph>-<component, lower case>.
+        return f"{self.name}-{self.frontend.component.lower()}"
+
+
+@lru_cache(maxsize=None)
+def load_platforms() -> dict[str, Platform]:
+    raw = yaml.safe_load((RECIPES_DIR / "platforms.yaml").read_text())
+    fields = Platform.__dataclass_fields__
+    return {name: Platform(name=name, **{k: v for k, v in facts.items() if k in fields}) for name, facts in raw.items()}
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge maps key by key; a `None` value removes the key."""
+    out = dict(base)
+    for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@lru_cache(maxsize=None)
+def _recipe_data(name: str) -> dict[str, Any]:
+    raw = yaml.safe_load((RECIPES_DIR / f"{name}.yaml").read_text())
+    base_name = raw.pop("extends", None)
+    if base_name is None:
+        return raw
+    base = dict(_recipe_data(base_name))
+    base.pop("roles")  # a derived recipe states its roles whole
+    return merge(base, raw)
+
+
+def load_recipe(name: str) -> Recipe:
+    try:
+        return Recipe.model_validate(_recipe_data(name))
+    except ValidationError as err:  # a broken recipe file is a bug in this repo, reported like config errors
+        raise ConfigError(f"recipes/{name}.yaml: " + format_validation_error(err)) from None
+
+
+def flag_list(flags: dict[str, FlagValue]) -> tuple[str, ...]:
+    out: list[str] = []
+    for flag, value in flags.items():
+        if value is True:
+            out.append(flag)
+        elif value is not False and value is not None:
+            out += [flag, str(value)]
+    return tuple(out)
+
+
+def _check_overridable(flags: dict[str, FlagValue], derived: dict[str, str], key: str) -> None:
+    for flag in flags:
+        if flag in derived:
+            raise ConfigError(f"{key}: {flag} is derived by the graph; set {derived[flag]} instead")
+
+
+def _image_tag(image: str) -> str:
+    last = image.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last and "@" not in last else ""
+
+
+def _resolve_image(recipe: Recipe, cfg: StackConfig) -> tuple[str, Optional[str]]:
+    image = cfg.serving.image or recipe.image
+    tag = _image_tag(image)
+    if "@sha256:" not in image and (not tag or tag == "latest"):
+        raise ConfigError(f"kimi-k3:serving.image = {image!r}: pin a version tag or digest (no 'latest', no untagged image)")
+    version = cfg.serving.runtime_version or (recipe.runtime_version if cfg.serving.image is None else None)
+    if version is None and not SEMVER.match(tag):
+        raise ConfigError(f"kimi-k3:serving.runtimeVersion: required because image tag {tag!r} is not semver "
+                          "(the Dynamo operator needs runtimeVersionOverride), e.g. 1.4.0")
+    if version is not None and not SEMVER.match(version):
+        raise ConfigError(f"kimi-k3:serving.runtimeVersion = {version!r}: must be semver MAJOR.MINOR.PATCH")
+    return image, version
+
+
+def _replicas(recipe: Recipe, cfg: StackConfig) -> dict[str, int]:
+    replicas = {key: r.replicas for key, r in recipe.roles.items()}
+    if cfg.serving.pd_ratio is not None:
+        if set(recipe.roles) != {"prefill", "decode"}:
+            raise ConfigError(f"kimi-k3:serving.pdRatio = {cfg.serving.pd_ratio!r}: only for disaggregated recipes "
+                              "(gb200-disagg, gb300-disagg)")
+        prefill, decode = (int(x) for x in cfg.serving.pd_ratio.split(":"))
+        replicas.update(prefill=prefill, decode=decode)
+    for key, over in cfg.serving.roles.items():
+        if over.replicas is None:
+            continue
+        if cfg.serving.pd_ratio is not None:
+            raise ConfigError(f"kimi-k3:serving.roles.{key}.replicas: conflicts with kimi-k3:serving.pdRatio; set one")
+        replicas[key] = over.replicas
+    return replicas
+
+
+def _topology(key: str, recipe_role: RoleRecipe, over, platform: Platform) -> tuple[int, int]:
+    """(tp, nodes per replica), checked: whole nodes, multinode (>= 2 nodes), within one NVLink domain."""
+    where = f"kimi-k3:serving.roles.{key}"
+    gpn = platform.gpus_per_node
+    tp = over.tp if over and over.tp is not None else None
+    nodes = over.nodes_per_replica if over and over.nodes_per_replica is not None else None
+    if tp is None and nodes is not None:
+        tp = nodes * gpn
+    tp = tp if tp is not None else recipe_role.tp
+    if tp % gpn:
+        raise ConfigError(f"{where}.tp = {tp}: must be a multiple of {gpn} (GPUs per {platform.name} node), "
+                          f"so every pod takes a whole node; allowed: {', '.join(str(gpn * n) for n in (2, 4, 8))}, ...")
+    derived_nodes = tp // gpn
+    if nodes is not None and nodes != derived_nodes:
+        raise ConfigError(f"{where}.nodesPerReplica = {nodes}: TP{tp} on {platform.name} spans {derived_nodes} nodes "
+                          f"of {gpn} GPUs; set tp = nodesPerReplica x {gpn}")
+    if derived_nodes < 2:
+        raise ConfigError(f"{where}.tp = {tp}: gives multinode nodeCount {derived_nodes}; Dynamo multinode needs "
+                          f"nodeCount >= 2 (TP >= {2 * gpn} on {platform.name})")
+    if derived_nodes > platform.nvlink_domain_nodes:
+        raise ConfigError(f"{where}.tp = {tp}: spans {derived_nodes} nodes, more than one NVLink domain holds "
+                          f"({platform.nvlink_domain_nodes} {platform.name} nodes)")
+    return tp, derived_nodes
+
+
+def _check_fits(key: str, platform: str, tp: int, util: float, kv_dtype: str, max_len: int) -> None:
+    from . import planner  # the planner's memory model is the fit rule's (one implementation)
+
+    fits, why = planner.memory_fit(platform, tp, gpu_memory_utilization=util, kv_cache_dtype=kv_dtype,
+                                   max_model_len=max_len)
+    if not fits:
+        raise ConfigError(f"kimi-k3:serving.roles.{key}.tp = {tp}: {why}; use a larger TP")
+
+
+def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
+    recipe = load_recipe(cfg.recipe)
+    platform = load_platforms()[recipe.platform]
+    unknown = sorted(set(cfg.serving.roles) - set(recipe.roles))
+    if unknown:
+        raise ConfigError(f"kimi-k3:serving.roles.{unknown[0]}: no such role in recipe {cfg.recipe}; "
+                          f"allowed: {', '.join(sorted(recipe.roles))}")
+    image, runtime_version = _resolve_image(recipe, cfg)
+    replicas = _replicas(recipe, cfg)
+    model_path = f"{cfg.model.cache_mount_path.rstrip('/')}/{cfg.model.repo}"
+    base_env = {
+        "MODEL_PATH": model_path,
+        "SERVED_MODEL_NAME": cfg.model.served_model_name,
+        "HF_HUB_OFFLINE": "1",          # weights come only from the verified cache, never the Hub
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_ENGINE_READY_TIMEOUT_S": str(cfg.serving.startup_probe_seconds),
+    }
+    roles = []
+    for key, rr in recipe.roles.items():
+        over = cfg.serving.roles.get(key)
+        tp, nodes = _topology(key, rr, over, platform)
+        util = over.gpu_memory_utilization if over and over.gpu_memory_utilization else rr.gpu_memory_utilization
+        _check_fits(key, platform.name, tp, util, recipe.kv_cache_dtype, recipe.max_model_len)
+        extra = over.extra_args if over else {}
+        _check_overridable(extra, DERIVED_WORKER_FLAGS, f"kimi-k3:serving.roles.{key}.extraArgs")
+        typed: dict[str, FlagValue] = {
+            "--model": "$(MODEL_PATH)", "--served-model-name": "$(SERVED_MODEL_NAME)",
+            "--tensor-parallel-size": tp, "--gpu-memory-utilization": util,
+            "--kv-cache-dtype": recipe.kv_cache_dtype, "--max-model-len": recipe.max_model_len,
+            "--block-size": recipe.block_size,
+        }
+        events = {"--kv-events-config": (
+            '{"publisher":"zmq","topic":"kv-events","endpoint":"tcp://*:%d","enable_kv_cache_events":true}'
+            % recipe.kv_events_port)} if rr.publishes_kv_events else {}
+        flags = merge(merge(merge(merge(typed, recipe.worker.args), rr.args), events), extra)
+        env = merge(merge(merge(base_env, recipe.worker.env), rr.env), over.env if over else {})
+        roles.append(Role(
+            key=key, component=rr.component, type=rr.type, tp=tp, gpus_per_node=platform.gpus_per_node,
+            nodes_per_replica=nodes, replicas=replicas[key], gpu_memory_utilization=util,
+            kv_cache_dtype=recipe.kv_cache_dtype, max_model_len=recipe.max_model_len,
+            shared_memory_size=(over.shared_memory_size if over and over.shared_memory_size else rr.shared_memory_size),
+            publishes_kv_events=rr.publishes_kv_events, cpu=rr.cpu, memory=rr.memory,
+            args=flag_list(flags), env=tuple(env.items()),
+            pod_annotations=tuple(sorted(recipe.worker.pod_annotations.items())),
+        ))
+    fe = cfg.serving.frontend
+    _check_overridable(fe.extra_args, DERIVED_FRONTEND_FLAGS, "kimi-k3:serving.frontend.extraArgs")
+    fe_flags = merge(merge(recipe.frontend.args, {"--kv-cache-block-size": recipe.block_size}), fe.extra_args)
+    http_port = int(fe_flags.get("--http-port", 8000))
+    frontend = Frontend(
+        component="Frontend", replicas=fe.replicas or recipe.frontend.replicas,
+        cpu=recipe.frontend.cpu, memory=recipe.frontend.memory, args=flag_list(fe_flags),
+        env=tuple(merge(merge({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, recipe.frontend.env), fe.env).items()),
+        http_port=http_port,
+    )
+    return ServingGraph(
+        stack=stack, recipe=cfg.recipe, name=f"kimi-k3-{cfg.recipe}", namespace=cfg.serving.namespace,
+        platform=platform, image=image, runtime_version=runtime_version, block_size=recipe.block_size,
+        model_repo=cfg.model.repo, model_revision=cfg.model.revision, served_model_name=cfg.model.served_model_name,
+        cache_mount_path=cfg.model.cache_mount_path.rstrip("/"), model_path=model_path,
+        frontend=frontend, roles=tuple(roles),
+        startup_probe_seconds=cfg.serving.startup_probe_seconds,
+        ready_timeout_seconds=cfg.serving.ready_timeout_seconds,
+        download_timeout_seconds=cfg.serving.download_timeout_seconds,
+    )
+
+
+def cache_size_gi(cfg: StackConfig, checkpoint_bytes: int) -> int:
+    """PVC size: configured, or the checkpoint plus headroom, rounded up to whole GiB."""
+    if cfg.storage.size_gi is not None:
+        return cfg.storage.size_gi
+    return math.ceil(checkpoint_bytes * (1 + cfg.storage.headroom_percent / 100) / 2**30)

@@ -1,0 +1,220 @@
+"""Kubernetes objects of the serving graph, as plain dicts (pure; components only register them)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from .graph import Role, ServingGraph
+
+PART_OF = {"app.kubernetes.io/part-of": "kimi-k3"}
+NVLINK_GROUP_LABEL = "kimi-k3.io/nvlink-group"
+CLIQUE_KEY = "nvidia.com/gpu.clique"      # NVLink clique label set by GPU feature discovery
+CHANNEL_CLAIM = "compute-domain-channel"
+CACHE_VOLUME = "model-cache"
+HEALTH_PORT = 9090                         # Dynamo system server (/health), as upstream probes it
+PROBE_PERIOD_SECONDS = 10
+VERIFY_SCRIPT = Path(__file__).with_name("verify_checkpoint.py")
+TOOLS_DIR = "/opt/hub"                     # emptyDir shared by the download and verify containers
+
+Obj = dict[str, Any]
+
+
+# Fixed names: the cache must keep its identity across recipe changes so weights are never re-created.
+NAMES = {
+    "secret": "kimi-k3-hf-token",
+    "pvc": "kimi-k3-model-cache",
+    "verify": "kimi-k3-verify-checkpoint",
+    "job": "kimi-k3-model-download",
+}
+
+
+def compute_domain_name(graph: ServingGraph, role: Role) -> str:
+    return f"{graph.name}-{role.key}"
+
+
+def channel_template_name(graph: ServingGraph, role: Role) -> str:
+    return f"{compute_domain_name(graph, role)}-channel"
+
+
+def _meta(graph: ServingGraph, name: str, **extra: Any) -> Obj:
+    return {"name": name, "namespace": graph.namespace, "labels": dict(PART_OF), **extra}
+
+
+def _env(pairs) -> list[Obj]:
+    return [{"name": k, "value": v} for k, v in pairs]
+
+
+def namespace(graph: ServingGraph) -> Obj:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": graph.namespace, "labels": dict(PART_OF)}}
+
+
+def hf_token_secret(graph: ServingGraph, token: Any) -> Obj:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(graph, NAMES["secret"]),
+            "type": "Opaque", "stringData": {"HF_TOKEN": token}}
+
+
+def model_cache_pvc(graph: ServingGraph, storage_class: str, size_gi: int) -> Obj:
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": _meta(graph, NAMES["pvc"]),
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
+                 "resources": {"requests": {"storage": f"{size_gi}Gi"}}},
+    }
+
+
+def verify_script_config_map(graph: ServingGraph) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(graph, NAMES["verify"]),
+            "data": {VERIFY_SCRIPT.name: VERIFY_SCRIPT.read_text()}}
+
+
+def download_job(graph: ServingGraph, download_image: str, hub_version: str) -> Obj:
+    n = NAMES
+    env = _env([("MODEL_REPO", graph.model_repo), ("MODEL_REVISION", graph.model_revision),
+                ("MODEL_PATH", graph.model_path), ("HF_HOME", f"{graph.cache_mount_path}/.hf-home"),
+                ("HF_XET_HIGH_PERFORMANCE", "1"),          # hf_xet's parallel fast-transfer mode
+                ("PYTHONPATH", TOOLS_DIR)])
+    env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": n["secret"], "key": "HF_TOKEN"}}})
+    hardened = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"}}
+    mounts = [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path},
+              {"name": "tools", "mountPath": TOOLS_DIR}]
+    download = (
+        "set -eu\n"
+        f"pip install --no-cache-dir --target {TOOLS_DIR} 'huggingface_hub[hf_xet]=={hub_version}'\n"
+        # hf download skips complete files and resumes partial ones, so a retried pod continues.
+        f'{TOOLS_DIR}/bin/hf download "$MODEL_REPO" --revision "$MODEL_REVISION" --local-dir "$MODEL_PATH"\n'
+    )
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": _meta(graph, n["job"], annotations={
+            "pulumi.com/waitFor": "condition=Complete",
+            "pulumi.com/timeoutSeconds": str(graph.download_timeout_seconds),
+        }),
+        "spec": {
+            "backoffLimit": 6,
+            "template": {
+                "metadata": {"labels": {**PART_OF, "app.kubernetes.io/component": "model-download"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "initContainers": [{
+                        "name": "download", "image": download_image, "command": ["sh", "-c"], "args": [download],
+                        "env": env, "volumeMounts": mounts, "securityContext": hardened,
+                    }],
+                    "containers": [{
+                        "name": "verify", "image": download_image,
+                        "command": ["python3", f"/scripts/{VERIFY_SCRIPT.name}"],
+                        "env": env, "securityContext": hardened,
+                        "volumeMounts": mounts + [{"name": "scripts", "mountPath": "/scripts", "readOnly": True}],
+                    }],
+                    "volumes": [
+                        {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": n["pvc"]}},
+                        {"name": "tools", "emptyDir": {}},
+                        {"name": "scripts", "configMap": {"name": n["verify"]}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def compute_domain(graph: ServingGraph, role: Role) -> Obj:
+    return {
+        "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+        "metadata": _meta(graph, compute_domain_name(graph, role)),
+        "spec": {"numNodes": 0,  # 0 = IMEX daemons join on demand (driver >= 25.8 DNS-name mode)
+                 "channel": {"allocationMode": "Single",
+                             "resourceClaimTemplate": {"name": channel_template_name(graph, role)}}},
+    }
+
+
+def _resources(gpus: int | None, cpu: str | None, memory: str | None) -> Obj:
+    requests: Obj = {}
+    limits: Obj = {}
+    if gpus:
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
+    if cpu:
+        requests["cpu"] = cpu
+    if memory:
+        requests["memory"] = memory
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+def _frontend_component(graph: ServingGraph) -> Obj:
+    fe = graph.frontend
+    container = {
+        "name": "main", "image": graph.image,
+        "command": ["python3", "-m", "dynamo.frontend"], "args": list(fe.args), "env": _env(fe.env),
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    resources = _resources(None, fe.cpu, fe.memory)
+    if resources:
+        container["resources"] = resources
+    component = {"name": fe.component, "type": "frontend", "replicas": fe.replicas,
+                 "podTemplate": {"spec": {"containers": [container]}}}
+    if graph.runtime_version:
+        component["runtimeVersionOverride"] = graph.runtime_version
+    return component
+
+
+def _worker_component(graph: ServingGraph, role: Role) -> Obj:
+    gpu_affinity = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": [graph.platform.gpu_product_label]}]}]}
+    # Nothing in the scheduler keeps a TP group inside one NVLink domain: require a shared clique.
+    same_clique = [{"labelSelector": {"matchLabels": {NVLINK_GROUP_LABEL: graph.name}}, "topologyKey": CLIQUE_KEY}]
+    container = {
+        "name": "main", "image": graph.image,
+        "command": ["python3", "-m", "dynamo.vllm"], "args": list(role.args), "env": _env(role.env),
+        "resources": {**_resources(role.gpus_per_node, role.cpu, role.memory), "claims": [{"name": CHANNEL_CLAIM}]},
+        "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, "readOnly": True}],
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": HEALTH_PORT},
+            "periodSeconds": PROBE_PERIOD_SECONDS, "timeoutSeconds": 10,
+            "failureThreshold": math.ceil(graph.startup_probe_seconds / PROBE_PERIOD_SECONDS),
+        },
+        # RDMA/NVLink memory registration needs locked memory; nothing more than that.
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}},
+    }
+    pod_meta: Obj = {"labels": {NVLINK_GROUP_LABEL: graph.name}}
+    if role.pod_annotations:
+        pod_meta["annotations"] = dict(role.pod_annotations)
+    component = {
+        "name": role.component, "type": role.type, "replicas": role.replicas,
+        "multinode": {"nodeCount": role.nodes_per_replica},
+        "sharedMemorySize": role.shared_memory_size,
+        "podTemplate": {
+            "metadata": pod_meta,
+            "spec": {
+                "affinity": {
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": gpu_affinity},
+                    "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": same_clique},
+                },
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "resourceClaims": [{"name": CHANNEL_CLAIM,
+                                    "resourceClaimTemplateName": channel_template_name(graph, role)}],
+                "terminationGracePeriodSeconds": 60,
+                "volumes": [{"name": CACHE_VOLUME, "persistentVolumeClaim": {
+                    "claimName": NAMES["pvc"], "readOnly": True}}],
+                "containers": [container],
+            },
+        },
+    }
+    if graph.runtime_version:
+        component["runtimeVersionOverride"] = graph.runtime_version
+    return component
+
+
+def graph_deployment(graph: ServingGraph) -> Obj:
+    return {
+        "apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
+        "metadata": _meta(graph, graph.name, annotations={
+            # `pulumi up` returns only when the operator reports the whole graph Ready.
+            "pulumi.com/waitFor": "condition=Ready",
+            "pulumi.com/timeoutSeconds": str(graph.ready_timeout_seconds),
+            "kimi-k3.io/recipe": graph.recipe,
+            "kimi-k3.io/gpus": str(graph.gpus),
+            "kimi-k3.io/nodes": str(graph.nodes),
+        }),
+        "spec": {"backendFramework": "vllm",
+                 "components": [_frontend_component(graph)] + [_worker_component(graph, r) for r in graph.roles]},
+    }

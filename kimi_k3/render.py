@@ -1,0 +1,194 @@
+"""Offline synth: run the real `__main__.py` in-process under Pulumi's mock engine.
+
+Faithful: every resource the program registers, with its inputs, parent, provider, protect/retain options and
+dependencies (explicit `depends_on` and those implied by inputs, as the engine records them). Placeholders:
+whatever a cloud or cluster would compute (resource ids are `<name>-id`, outputs echo inputs) and secret
+values, which render never sees (stack-file secrets are encrypted; each one becomes `[secret]`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from google.protobuf import json_format
+
+PROJECT = "kimi-k3"
+SECRET_SIG = ("4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270")
+SECRET_PLACEHOLDER = "[secret]"
+REDACTED = "[redacted]"
+# Manifest order: what must exist first comes first (as `kubectl apply -f` would need it).
+KIND_ORDER = ["Namespace", "Secret", "ConfigMap", "PersistentVolumeClaim", "Job", "ComputeDomain",
+              "DynamoGraphDeployment"]
+
+
+class RenderError(Exception):
+    """The program refused its configuration (message is the program's own) or the stack is unknown."""
+
+
+@dataclass
+class Rendered:
+    stack: str
+    resources: list[dict[str, Any]]
+    objects: list[dict[str, Any]]
+    outputs: dict[str, Any]
+
+    def write(self, out_dir: Path) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "manifests.yaml").write_text(dump_manifests(self.objects))
+        doc = {"stack": self.stack, "outputs": self.outputs, "resources": self.resources}
+        (out_dir / "resources.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def project_root() -> Path:
+    """The Pulumi project holding the working directory, else the one this package was installed from."""
+    for d in [Path.cwd(), *Path.cwd().parents]:
+        if (d / "Pulumi.yaml").is_file() and (d / "__main__.py").is_file():
+            return d
+    return Path(__file__).resolve().parent.parent
+
+
+def stack_names(root: Path | None = None) -> list[str]:
+    root = root or project_root()
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+
+
+def read_stack_config(stack: str, root: Path | None = None) -> tuple[dict[str, str], set[str]]:
+    """Pulumi.<stack>.yaml -> ({key: value as the engine passes it}, secret keys). Secrets become placeholders."""
+    root = root or project_root()
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise RenderError(f"no stack {stack!r}: {path.name} not found; stacks: {', '.join(stack_names(root))}")
+    doc = yaml.safe_load(path.read_text()) or {}
+    config: dict[str, str] = {}
+    secrets: set[str] = set()
+    for key, value in (doc.get("config") or {}).items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            config[key], _ = SECRET_PLACEHOLDER, secrets.add(key)
+        else:
+            config[key] = value if isinstance(value, str) else json.dumps(value)
+    # Render cannot decrypt secrets; one the stack does not hold yet (set per user) is assumed set.
+    for key in ("kimi-k3:hfToken",):
+        if key not in config:
+            config[key], _ = SECRET_PLACEHOLDER, secrets.add(key)
+    return config, secrets
+
+
+def _plain(value: Any) -> Any:
+    """Struct -> plain data: secrets replaced, integral floats back to ints (protobuf numbers are doubles)."""
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG[0]) == SECRET_SIG[1]:
+            return SECRET_PLACEHOLDER
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _urn_of(provider_ref: str) -> str:
+    return provider_ref.rsplit("::", 1)[0] if provider_ref else ""
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def _canonical(obj: dict[str, Any]) -> dict[str, Any]:
+    """Keys sorted at every level (the wire format keeps no order), apiVersion/kind/metadata first."""
+    head = [k for k in ("apiVersion", "kind", "metadata") if k in obj]
+    return {k: _sorted(obj[k]) for k in head + sorted(k for k in obj if k not in head)}
+
+
+def _redact_secret(obj: dict[str, Any]) -> dict[str, Any]:
+    if obj.get("kind") != "Secret":
+        return obj
+    fields = {f: ({k: REDACTED for k in obj[f]} if isinstance(obj[f], dict) else REDACTED)
+              for f in ("data", "stringData") if f in obj}
+    return {**obj, **fields}
+
+
+def dump_manifests(objects: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all([_canonical(o) for o in objects], sort_keys=False, width=120)
+
+
+def _object_key(obj: dict[str, Any]) -> tuple:
+    kind = obj.get("kind", "")
+    meta = obj.get("metadata", {})
+    order = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+    return order, kind, meta.get("namespace", ""), meta.get("name", "")
+
+
+def render_config(stack: str, config: dict[str, str], secret_keys: set[str], root: Path | None = None) -> Rendered:
+    """Run the program with this config under the mock engine and collect what it registers."""
+    import pulumi
+    from pulumi.runtime import mocks, settings, stack as runtime_stack
+    from pulumi.runtime.sync_await import _sync_await
+
+    root = root or project_root()
+    records: list[dict[str, Any]] = []
+    outputs: dict[str, Any] = {}
+
+    class Mocks(pulumi.runtime.Mocks):
+        def new_resource(self, args):
+            return f"{args.name}-id", dict(args.inputs)
+
+        def call(self, args):
+            return {}, None
+
+    class RecordingMonitor(mocks.MockMonitor):
+        def RegisterResource(self, request):
+            response = super().RegisterResource(request)
+            if request.type != "pulumi:pulumi:Stack":
+                deps = set(request.dependencies)
+                for prop in request.propertyDependencies.values():
+                    deps.update(prop.urns)
+                records.append({
+                    "urn": response.urn, "type": request.type, "name": request.name,
+                    "custom": request.custom, "parent": request.parent,
+                    "provider": _urn_of(request.provider), "dependsOn": sorted(deps),
+                    "protect": bool(request.protect), "retainOnDelete": bool(request.retainOnDelete),
+                    "inputs": _plain(json_format.MessageToDict(request.object)),
+                })
+            return response
+
+        def RegisterResourceOutputs(self, request):
+            if request.urn.split("::")[2] == "pulumi:pulumi:Stack":
+                outputs.update(_plain(json_format.MessageToDict(request.outputs)))
+            return super().RegisterResourceOutputs(request)
+
+    m = Mocks()
+    pulumi.runtime.set_all_config(config, sorted(secret_keys))
+    pulumi.runtime.set_mocks(m, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(m))
+    settings.ROOT.set(None)  # run_in_stack registers the root stack itself, as the real entrypoint does
+    cwd = Path.cwd()
+    sys.path.insert(0, str(root))
+    os.chdir(root)
+    try:
+        _sync_await(runtime_stack.run_in_stack(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
+    except pulumi.RunError as err:
+        raise RenderError(str(err)) from None
+    finally:
+        os.chdir(cwd)
+        sys.path.remove(str(root))
+    k8s_objects = [_redact_secret(r["inputs"]) for r in records
+                   if r["custom"] and r["type"].startswith("kubernetes:") and "kind" in r["inputs"]]
+    for r in records:
+        del r["custom"]
+    return Rendered(stack=stack, resources=sorted(records, key=lambda r: r["urn"]),
+                    objects=sorted(k8s_objects, key=_object_key), outputs=outputs)
+
+
+def render_stack(stack: str, root: Path | None = None) -> Rendered:
+    config, secrets = read_stack_config(stack, root)
+    return render_config(stack, config, secrets, root)
