@@ -104,7 +104,8 @@ def kube_refs(text: str) -> list[str]:
 
 def shell_refs(script: str) -> list[str]:
     """Variables a shell script reads (outside single quotes) and does not assign itself."""
-    visible = _SINGLE_QUOTED.sub("''", script)
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    visible = _SINGLE_QUOTED.sub("''", code)
     assigned = set(_ASSIGNMENT.findall(visible))
     names = [a or b for a, b in _SHELL_REF.findall(visible)]
     return [n for n in dict.fromkeys(names) if n not in assigned and n not in SHELL_BUILTIN_VARS]

@@ -371,31 +371,42 @@ def check_gpu_totals_match_recipe(obj: Mapping, ctx: Context) -> Iterator[Result
                       f"the recipe computed {expected}")
 
 
-def _planner() -> Optional[Callable[..., Any]]:
+# vLLM --kv-cache-dtype values -> the planner's dtype names ("auto" is the checkpoint's bf16).
+_KV_DTYPES = {"auto": "bf16", "bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+
+
+def _memory_fit() -> Optional[Callable[..., tuple[bool, str]]]:
     try:
-        return importlib.import_module("kimi_k3.planner").plan_role
+        return importlib.import_module("kimi_k3.planner").memory_fit
     except (ImportError, AttributeError):
         return None
 
 
 def check_model_fits_at_tp(obj: Mapping, ctx: Context) -> Iterator[Result]:
-    plan_role = _planner()
+    memory_fit = _memory_fit()
     for comp, container, tokens in workers(obj):
         where = f"component {comp.get('name')}"
-        if plan_role is None:
-            yield Skipped(target_of(obj), f"{where}: kimi_k3.planner.plan_role is not available")
+        if memory_fit is None:
+            yield Skipped(target_of(obj), f"{where}: kimi_k3.planner.memory_fit is not available")
             continue
         found = platform_for_product(gpu_product(pod_spec(comp)))
         if found is None:
             yield Skipped(target_of(obj), f"{where}: GPU product unknown")
             continue
         tp = _int_flag(tokens, "--tensor-parallel-size", 1)
-        kwargs = {"gpu_memory_utilization": float(flags.flag_value(tokens, "--gpu-memory-utilization") or 0.9),
-                  "kv_cache_dtype": flags.flag_value(tokens, "--kv-cache-dtype") or "auto",
-                  "max_model_len": int(flags.flag_value(tokens, "--max-model-len") or 0) or None}
-        plan = plan_role(found[0], tp, **kwargs)
-        if not plan.fits:
-            yield Finding(target_of(obj), f"{where}: model does not fit on {found[0]} at TP {tp}: {plan}")
+        kwargs: dict[str, Any] = {
+            "dcp": _int_flag(tokens, "--decode-context-parallel-size", 1),
+            "kv_cache_dtype": _KV_DTYPES.get(flags.flag_value(tokens, "--kv-cache-dtype") or "auto", "bf16")}
+        if flags.flag_value(tokens, "--gpu-memory-utilization"):
+            kwargs["gpu_memory_utilization"] = float(flags.flag_value(tokens, "--gpu-memory-utilization"))
+        if flags.flag_value(tokens, "--max-model-len"):
+            kwargs["max_model_len"] = int(flags.flag_value(tokens, "--max-model-len"))
+        try:
+            fits, reason = memory_fit(found[0], tp, **kwargs)
+        except ValueError as exc:  # the planner rejects layouts the model cannot run in (e.g. TP not dividing heads)
+            fits, reason = False, str(exc)
+        if not fits:
+            yield Finding(target_of(obj), f"{where}: {reason}")
 
 
 # ---------------------------------------------------------------------------------------- model path and cache
@@ -713,7 +724,7 @@ RULES: tuple[Rule, ...] = (
                                                  "description": "Nodes in the GPU node pool"}}),
     _rule("gpu-totals-match-recipe", "GPUs requested equal the recipe's total (kimi-k3.io/gpus annotation).",
           check_gpu_totals_match_recipe),
-    _rule("model-fits-at-tp", "The model fits in GPU memory at the worker's TP size (planner).",
+    _rule("model-fits-at-tp", "Weights plus one max-length request fit in GPU memory at the worker's TP (planner).",
           check_model_fits_at_tp),
     _rule("env-refs-resolve", "Every $(VAR) and shell ${VAR} a container uses is defined in its env.",
           check_env_refs_resolve),

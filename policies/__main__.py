@@ -1,0 +1,58 @@
+"""CrossGuard policy pack: the rules of `policies.rules`, run by the Pulumi engine.
+
+`pulumi preview --policy-pack policies` starts this file through `pulumi-analyzer-policy-python`
+(`python -u -m pulumi.policy <engine> .` in this directory, inside `runtime.options.virtualenv`).
+Object-scoped rules become resource policies (Analyze), stack-scoped rules stack policies (AnalyzeStack).
+"""
+
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyConfigSchema,
+    PolicyPack,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+from policies import rules
+
+
+def _report(violations, skipped, args, report_violation) -> None:
+    for v in violations:
+        report_violation(f"{v.target}: {v.message}", None)
+    if not violations and skipped:
+        args.not_applicable("; ".join(f"{s.target}: {s.reason}" for s in skipped))
+
+
+def _resource_validator(rule: rules.Rule):
+    def validate(args: ResourceValidationArgs, report_violation) -> None:
+        obj = rules.object_from_resource(args.resource_type, args.props, args.name)
+        if obj is None:
+            args.not_applicable("not a Kubernetes resource")
+        info = rules.resource_info(args.resource_type, args.name, args.props, args.opts.protect, None)
+        violations, skipped = rules.evaluate(rule, [obj], rules.Context(args.get_config(), [info]))
+        _report(violations, skipped, args, report_violation)
+    return validate
+
+
+def _stack_validator(rule: rules.Rule):
+    def validate(args: StackValidationArgs, report_violation) -> None:
+        objects = [o for r in args.resources
+                   if (o := rules.object_from_resource(r.resource_type, r.props, r.name)) is not None]
+        # The analyzer protocol carries `protect` but not `retainOnDelete`: None marks it unknown.
+        infos = [rules.resource_info(r.resource_type, r.name, r.props, r.opts.protect, None) for r in args.resources]
+        violations, skipped = rules.evaluate(rule, objects, rules.Context(args.get_config(), infos))
+        _report(violations, skipped, args, report_violation)
+    return validate
+
+
+def _policy(rule: rules.Rule):
+    level = EnforcementLevel(rule.level)
+    schema = PolicyConfigSchema(dict(rule.config_schema)) if rule.config_schema else None
+    if rule.scope == "stack":
+        return StackValidationPolicy(rule.name, rule.description, _stack_validator(rule), level, schema)
+    return ResourceValidationPolicy(rule.name, rule.description, _resource_validator(rule), level, schema)
+
+
+PolicyPack("kimi-k3", [_policy(rule) for rule in rules.RULES])

@@ -1,0 +1,327 @@
+"""Each rule passes on a good graph and fails on a mutation of it; upstream K3 profiles are pinned."""
+
+import argparse
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kimi_k3 import check, flags
+from policies import rules
+
+UPSTREAM = Path("/work/shared/reference/dynamo/recipes/kimi-k3/vllm")
+IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0"
+NO_CACHE_OPTIONS = {"startup-budget-covers-load": {"min_startup_seconds": 3600},
+                    "graph-fits-node-pool": {"gpu_node_pool_nodes": 6}}
+
+
+def worker(name, role, extra_args=()):
+    args = ["--model", "$(MODEL_PATH)", "--served-model-name", "moonshotai/Kimi-K3", "--tensor-parallel-size", "8",
+            "--block-size", "64", "--kv-cache-dtype", "fp8", "--gpu-memory-utilization", "0.9",
+            "--max-model-len", "262144", "--disaggregation-mode", role,
+            "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}', *extra_args]
+    return {
+        "name": name, "type": role, "replicas": 1, "multinode": {"nodeCount": 2}, "runtimeVersionOverride": "1.4.0",
+        "podTemplate": {"spec": {
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                           "values": ["NVIDIA-GB300"]}]}]}},
+                "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "nvidia.com/gpu.clique", "labelSelector": {"matchLabels": {"role": name}}}]}},
+            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": f"{name}-channel"}],
+            "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}],
+            "containers": [{
+                "name": "main", "image": IMAGE,
+                "command": ["python3", "-m", "dynamo.vllm"], "args": args,
+                "env": [{"name": "MODEL_PATH", "value": "/model-cache/hub/kimi-k3"},
+                        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+                "resources": {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4"},
+                              "claims": [{"name": "channel"}]},
+                "volumeMounts": [{"name": "model-cache", "mountPath": "/model-cache", "readOnly": True}],
+                "startupProbe": {"httpGet": {"path": "/health", "port": 9090}, "periodSeconds": 10,
+                                 "failureThreshold": 360},
+            }]}},
+    }
+
+
+def compute_domain(name):
+    return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain", "metadata": {"name": name},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}}}
+
+
+def good_objects():
+    frontend = {"name": "Frontend", "type": "frontend", "replicas": 1, "runtimeVersionOverride": "1.4.0",
+                "podTemplate": {"spec": {"containers": [{
+                    "name": "main", "image": IMAGE, "command": ["python3", "-m", "dynamo.frontend"],
+                    "args": ["--router-mode", "kv", "--kv-cache-block-size", "64", "--http-port", "8000"]}]}}}
+    prefill = worker("prefill", "prefill", ["--kv-events-config", '{"publisher":"zmq","enable_kv_cache_events":true}'])
+    dgd = {"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
+           "metadata": {"name": "kimi-k3", "annotations": {"kimi-k3.io/gpus": "24"}},
+           "spec": {"components": [frontend, prefill, dict(worker("decode", "decode"), replicas=2)]}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache"},
+           "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "3000Gi"}}}}
+    return [compute_domain("prefill"), compute_domain("decode"), dgd, pvc]
+
+
+def protected(objects, protect=True, retain=None):
+    return [rules.ResourceInfo(f"kubernetes:{o['apiVersion'] if '/' in o['apiVersion'] else 'core/v1'}:{o['kind']}",
+                               o["metadata"]["name"], rules.target_of(o), protect, retain) for o in objects]
+
+
+def run(objects, resources="protected", config=NO_CACHE_OPTIONS):
+    res = protected(objects) if resources == "protected" else resources
+    return rules.run_all(objects, res, config)
+
+
+def fired(objects, **kw):
+    return sorted({v.rule for v in run(objects, **kw)[0]})
+
+
+def dgd_of(objects):
+    return next(o for o in objects if o["kind"] == "DynamoGraphDeployment")
+
+
+def comp(objects, name):
+    return next(c for c in dgd_of(objects)["spec"]["components"] if c["name"] == name)
+
+
+def main(objects, name):
+    return comp(objects, name)["podTemplate"]["spec"]["containers"][0]
+
+
+def set_arg(objects, name, flag, value):
+    args = main(objects, name)["args"]
+    args[args.index(flag) + 1] = value
+
+
+def drop_arg(objects, name, flag, with_value=True):
+    args = main(objects, name)["args"]
+    i = args.index(flag)
+    del args[i:i + (2 if with_value else 1)]
+
+
+def env(objects, name, var, value):
+    main(objects, name).setdefault("env", []).append({"name": var, "value": value})
+
+
+def test_good_graph_passes_every_rule():
+    violations, skipped = run(good_objects())
+    assert violations == []
+    assert [s.rule for s in skipped if s.rule != "model-fits-at-tp"] == []
+
+
+MUTATIONS = {
+    "tp-spans-whole-nodes": lambda o: set_arg(o, "decode", "--tensor-parallel-size", "16"),
+    "pods-take-whole-nodes": lambda o: main(o, "decode")["resources"].update(
+        limits={"nvidia.com/gpu": "2"}, requests={"nvidia.com/gpu": "2"}),
+    "multinode-claims-compute-domain": lambda o: comp(o, "decode")["podTemplate"]["spec"]["resourceClaims"][0].update(
+        resourceClaimTemplateName="missing-channel"),
+    "tp-group-pinned-to-clique": lambda o: comp(o, "decode")["podTemplate"]["spec"]["affinity"].pop("podAffinity"),
+    "tp-group-fits-nvlink-domain": lambda o: (comp(o, "decode").update(multinode={"nodeCount": 32}),
+                                              set_arg(o, "decode", "--tensor-parallel-size", "128")),
+    "graph-fits-node-pool": lambda o: comp(o, "decode").update(replicas=3),
+    "gpu-totals-match-recipe": lambda o: dgd_of(o)["metadata"]["annotations"].update({"kimi-k3.io/gpus": "16"}),
+    "model-fits-at-tp": lambda o: (comp(o, "decode").update(multinode={"nodeCount": 1}),
+                                   set_arg(o, "decode", "--tensor-parallel-size", "4")),
+    "env-refs-resolve": lambda o: main(o, "decode")["env"].pop(0),
+    "env-refs-provable": lambda o: (main(o, "decode")["env"].pop(0),
+                                    main(o, "decode").update(envFrom=[{"secretRef": {"name": "hf"}}])),
+    "model-path-under-cache-mount": lambda o: main(o, "decode")["env"][0].update(value="/opt/models/kimi-k3"),
+    "roles-agree-on-model": lambda o: set_arg(o, "decode", "--served-model-name", "kimi"),
+    "model-cache-mounted-read-only": lambda o: main(o, "decode")["volumeMounts"][0].pop("readOnly"),
+    "disagg-roles-use-nixl": lambda o: drop_arg(o, "decode", "--kv-transfer-config"),
+    "no-removed-flags": lambda o: main(o, "prefill")["args"].append("--is-prefill-worker"),
+    "ucx-settings-consistent": lambda o: (env(o, "decode", "UCX_TLS", "^cuda_ipc"),
+                                          env(o, "decode", "UCX_CUDA_IPC_ENABLE_MNNVL", "y")),
+    "efa-uses-libfabric": lambda o: main(o, "decode")["resources"]["limits"].update(
+        {"vpc.amazonaws.com/efa": "4"}),
+    "frontend-block-size-matches-workers": lambda o: set_arg(o, "decode", "--block-size", "16"),
+    "kv-router-has-kv-events": lambda o: drop_arg(o, "prefill", "--kv-events-config"),
+    "images-pinned": lambda o: main(o, "Frontend").update(image="nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"),
+    "runtime-version-declared": lambda o: (comp(o, "Frontend").pop("runtimeVersionOverride"),
+                                           main(o, "Frontend").update(image=IMAGE + "-kimi-k3-dev.1")),
+    "hf-token-from-secret": lambda o: main(o, "decode")["env"][1].update(value="hf_abc"),
+    "serving-containers-unprivileged": lambda o: main(o, "decode").update(securityContext={"privileged": True}),
+    "startup-budget-covers-load": lambda o: main(o, "decode")["startupProbe"].update(failureThreshold=30),
+}
+
+
+def test_every_rule_has_a_failing_case():
+    assert sorted(MUTATIONS) == sorted(r.name for r in rules.RULES if r.name != "model-cache-retained")
+
+
+@pytest.mark.parametrize("rule", sorted(MUTATIONS))
+def test_mutation_fires_exactly_its_rule(rule):
+    if rule == "model-fits-at-tp" and rules._memory_fit() is None:
+        pytest.skip("kimi_k3.planner.memory_fit not present yet")
+    objects = good_objects()
+    MUTATIONS[rule](objects)
+    got = fired(objects)
+    assert rule in got
+    # A TP-4 single-node worker also breaks the recipe total and the TP arithmetic; nothing else may fire.
+    collateral = {"model-fits-at-tp": {"gpu-totals-match-recipe"},
+                  "tp-group-fits-nvlink-domain": {"gpu-totals-match-recipe", "graph-fits-node-pool", "model-fits-at-tp"},
+                  "graph-fits-node-pool": {"gpu-totals-match-recipe"},
+                  "pods-take-whole-nodes": {"tp-spans-whole-nodes", "gpu-totals-match-recipe"},
+                  "tp-spans-whole-nodes": set(),
+                  "env-refs-resolve": {"model-path-under-cache-mount", "roles-agree-on-model"},
+                  "env-refs-provable": {"model-path-under-cache-mount", "roles-agree-on-model"},
+                  "model-path-under-cache-mount": {"roles-agree-on-model"},
+                  }.get(rule, set())
+    assert set(got) - {rule} <= collateral
+
+
+def test_upstream_frontend_bug_replay_is_caught():
+    objects = good_objects()
+    main(objects, "Frontend")["args"] += ["--model-path", "$(MODEL_PATH)"]
+    violations = [v for v in run(objects)[0] if v.rule == "env-refs-resolve"]
+    assert len(violations) == 1 and violations[0].level == rules.MANDATORY
+    assert "$(MODEL_PATH) has no env entry" in violations[0].message and "Frontend" in violations[0].message
+
+
+def test_model_cache_retained_needs_protect_or_retain():
+    objects = good_objects()
+    assert "model-cache-retained" not in fired(objects)
+    assert "model-cache-retained" in fired(objects, resources=protected(objects, protect=False, retain=False))
+    assert "model-cache-retained" not in fired(objects, resources=protected(objects, protect=False, retain=True))
+    fs = rules.ResourceInfo("aws:fsx/lustreFileSystem:LustreFileSystem", "cache", None, False, False)
+    assert "model-cache-retained" in fired(objects, resources=protected(objects) + [fs])
+
+
+def test_model_cache_retained_not_evaluated_from_manifests_or_without_retain_visibility():
+    objects = good_objects()
+    _, skipped = run(objects, resources=None)
+    assert [(s.rule, s.target) for s in skipped if s.rule == "model-cache-retained"] == [
+        ("model-cache-retained", "PersistentVolumeClaim/model-cache")]
+    violations, skipped = run(objects, resources=protected(objects, protect=False, retain=None))
+    assert "model-cache-retained" not in {v.rule for v in violations}
+    assert "model-cache-retained" in {s.rule for s in skipped}
+
+
+def test_node_pool_and_totals_not_evaluated_without_inputs():
+    objects = good_objects()
+    del dgd_of(objects)["metadata"]["annotations"]
+    _, skipped = run(objects, config={})
+    assert {"graph-fits-node-pool", "gpu-totals-match-recipe"} <= {s.rule for s in skipped}
+
+
+def test_shell_script_flags_and_refs():
+    script = ("# comment with $IGNORED\nset -euo pipefail\nexport LOCAL=1\nexec python3 -m dynamo.vllm \\\n"
+              "  --model \"${MODEL_PATH}\" \\\n  --kv-transfer-config '{\"kv_connector\":\"NixlConnector\"}' \\\n"
+              "  --tensor-parallel-size 16 --enable-prefix-caching --x $LOCAL $UNSET '$QUOTED'\n")
+    container = {"command": ["/bin/bash", "-lc"], "args": [script], "env": [{"name": "MODEL_PATH", "value": "/m"}]}
+    tokens = flags.server_argv(container)
+    assert flags.module(tokens) == "dynamo.vllm"
+    assert flags.flag_value(tokens, "--tensor-parallel-size") == "16"
+    assert flags.flag_values(tokens, "--enable-prefix-caching") == [None]
+    assert json.loads(flags.flag_value(tokens, "--kv-transfer-config")) == {"kv_connector": "NixlConnector"}
+    assert flags.shell_refs(script) == ["MODEL_PATH", "UNSET"]
+    assert flags.resolve(flags.flag_value(tokens, "--model"), flags.container_env(container), shell=True) == "/m"
+
+
+def test_kube_refs_expand_through_env_and_respect_escape():
+    container = {"env": [{"name": "ROOT", "value": "/model-cache"}, {"name": "MODEL_PATH", "value": "$(ROOT)/k3"}]}
+    assert flags.container_env(container)["MODEL_PATH"] == "/model-cache/k3"
+    assert flags.kube_refs("$(A) $$(B)") == ["A"]
+
+
+def cli(*argv):
+    parser = argparse.ArgumentParser()
+    check.register(parser.add_subparsers())
+    args = parser.parse_args(["check", *argv])
+    return args.func(args)
+
+
+def test_check_render_dir_with_only_manifests(tmp_path, capsys):
+    (tmp_path / "manifests.yaml").write_text(yaml.safe_dump_all(good_objects()))
+    assert cli(str(tmp_path)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("model-cache-retained")] == [
+        "model-cache-retained  PersistentVolumeClaim/model-cache  not evaluated: only manifests known: "
+        "protect/retainOnDelete need Pulumi resource options (check a stack or a render directory with resources.json)"]
+
+
+def test_check_render_dir_with_resources_and_json(tmp_path, capsys):
+    objects = good_objects()
+    (tmp_path / "manifests.yaml").write_text(yaml.safe_dump_all(objects))
+    resources = [{"urn": f"urn:{o['metadata']['name']}", "type": info.type, "name": info.name, "parent": None,
+                  "provider": None, "dependsOn": [], "protect": False, "retainOnDelete": False, "inputs": o}
+                 for o, info in zip(objects, protected(objects))]
+    (tmp_path / "resources.json").write_text(json.dumps(resources))
+    assert cli(str(tmp_path), "--json") == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(v["rule"], v["target"]) for v in report[0]["violations"]] == [
+        ("model-cache-retained", "PersistentVolumeClaim/model-cache")]
+
+
+def test_check_missing_target_is_a_usage_error(tmp_path):
+    assert cli(str(tmp_path)) == 2
+
+
+# ------------------------------------------------------------------------------------------ upstream profiles
+# What the pack says about each unmodified upstream recipe: (rule, component) of every violation.
+RUNTIME = "runtime-version-declared"
+UPSTREAM_PINS = {
+    "agg-gb200-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"),
+                          (RUNTIME, "VllmDecodeWorker")},
+    "agg-gb300-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"),
+                          (RUNTIME, "VllmDecodeWorker"), ("model-path-under-cache-mount", "VllmDecodeWorker")},
+    "disagg-gb200-agentic": {("tp-group-pinned-to-clique", "Prefill"), ("tp-group-pinned-to-clique", "Decode"),
+                             ("ucx-settings-consistent", "Prefill"), ("ucx-settings-consistent", "Decode"),
+                             (RUNTIME, "Frontend"), (RUNTIME, "Prefill"), (RUNTIME, "Decode")},
+    "disagg-gb300-agentic": {("tp-group-pinned-to-clique", "PrefillWorker"),
+                             ("tp-group-pinned-to-clique", "DecodeWorker"),
+                             ("model-path-under-cache-mount", "PrefillWorker"),
+                             ("model-path-under-cache-mount", "DecodeWorker"),
+                             (RUNTIME, "Frontend"), (RUNTIME, "PrefillWorker"), (RUNTIME, "DecodeWorker")},
+}
+
+
+def upstream_objects(profile):
+    if not UPSTREAM.is_dir():
+        pytest.skip(f"{UPSTREAM} absent: upstream recipes are not shipped with the repo")
+    return check.yaml_objects((UPSTREAM / profile / "deploy.yaml").read_text())
+
+
+@pytest.mark.parametrize("profile", sorted(UPSTREAM_PINS))
+def test_upstream_profile_findings_are_pinned(profile):
+    violations, _ = rules.run_all(upstream_objects(profile))
+    got = {(v.rule, v.message.split(":")[0].split()[1]) for v in violations}
+    assert got == UPSTREAM_PINS[profile]
+    assert all(v.level == rules.MANDATORY for v in violations)
+
+
+def test_upstream_gb200_disagg_with_replayed_frontend_bug(capsys):
+    objects = upstream_objects("disagg-gb200-agentic")
+    frontend = next(c for c in dgd_of(objects)["spec"]["components"] if c["type"] == "frontend")
+    frontend["podTemplate"]["spec"]["containers"][0]["args"] += ["--model-path", "$(MODEL_PATH)"]
+    violations, _ = rules.run_all(objects)
+    assert ("env-refs-resolve", "Frontend") in {(v.rule, v.message.split()[1]) for v in violations}
+
+
+def test_check_cli_on_upstream_file(capsys):
+    objects = upstream_objects("disagg-gb200-agentic")
+    assert objects
+    assert cli(str(UPSTREAM / "disagg-gb200-agentic" / "deploy.yaml")) == 1
+    out = capsys.readouterr().out
+    assert ("ucx-settings-consistent  DynamoGraphDeployment/kimi-k3-disagg  component Decode container main: "
+            "UCX_TLS=^cuda_ipc excludes cuda_ipc") in out
+
+
+# ------------------------------------------------------------------------------------------ our own stacks
+STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in Path(__file__).resolve().parents[1].glob("Pulumi.*.yaml"))
+
+
+@pytest.mark.parametrize("stack", STACKS or ["<none>"])
+def test_our_stacks_have_no_mandatory_violations(stack):
+    if importlib.util.find_spec("kimi_k3.render") is None:
+        pytest.skip("kimi_k3.render does not exist yet")
+    if stack == "<none>":
+        pytest.skip("no Pulumi.<stack>.yaml in the repository yet")
+    loaded = check.load(stack)
+    violations, _ = rules.run_all(loaded.objects, loaded.resources)
+    assert [v for v in violations if v.level == rules.MANDATORY] == []
