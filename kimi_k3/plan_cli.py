@@ -1,0 +1,190 @@
+"""`kimi-k3 plan`: memory, cold-start and cost table (or --json, --plot) for a stack or an ad hoc role."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from typing import Any
+
+from kimi_k3 import planner
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("plan", help="capacity, cold-start and cost plan for a stack or an ad hoc role",
+                              description=__doc__)
+    p.add_argument("stack", nargs="?", help="stack name (reads its serving graph); omit with --gpu/--tp")
+    p.add_argument("--gpu", help="ad hoc role: platform key from recipes/platforms.yaml")
+    p.add_argument("--tp", type=int, help="ad hoc role: tensor-parallel size")
+    p.add_argument("--dcp", type=int, default=1, help="decode context parallel size (splits MLA KV tokens)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--kv-cache-dtype", choices=("fp8", "bf16"), default="fp8")
+    p.add_argument("--spec-tokens", type=int, default=0, help="speculative tokens per step")
+    p.add_argument("--max-model-len", type=int, default=1048576)
+    p.add_argument("--kv-budget-gib", type=float, help="use this KV pool per GPU instead of the computed one")
+    p.add_argument("--replicas", type=int, default=1, help="ad hoc role: worker replicas")
+    p.add_argument("--instance-hour-usd", type=float, help="price of one instance-hour (needs --price-source)")
+    p.add_argument("--price-source", help="where --instance-hour-usd comes from")
+    p.add_argument("--price-as-of", help="date of that price, YYYY-MM[-DD]")
+    p.add_argument("--output-tokens-per-second", type=float, help="stack output throughput for $/Mtok")
+    p.add_argument("--json", action="store_true", help="print JSON with stable keys")
+    p.add_argument("--plot", metavar="FILE.png", help="draw capacity and cost vs context length per role")
+    p.set_defaults(func=run)
+    return p
+
+
+def _pricing(args: argparse.Namespace, platform: planner.Platform) -> planner.Pricing | None:
+    if args.instance_hour_usd is None:
+        return None
+    if not args.price_source or not args.price_as_of:
+        raise ValueError("--instance-hour-usd needs --price-source and --price-as-of")
+    return planner.Pricing(instance_hour_usd=args.instance_hour_usd, gpus_per_instance=platform.gpus_per_node,
+                           source=args.price_source, as_of=args.price_as_of)
+
+
+def _adhoc(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
+    platforms = planner.load_platforms()
+    if args.gpu not in platforms:
+        raise ValueError(f"unknown --gpu {args.gpu!r}; known: {', '.join(sorted(platforms))}")
+    platform = platforms[args.gpu]
+    nodes = max(1, -(-args.tp // platform.gpus_per_node))
+    if args.tp != nodes * platform.gpus_per_node:
+        raise ValueError(f"--tp {args.tp} is not a whole number of {platform.gpus_per_node}-GPU {args.gpu} nodes")
+    role = planner.RoleSpec(name="worker", gpu=args.gpu, tp=args.tp, nodes_per_replica=nodes,
+                            replicas=args.replicas, gpu_memory_utilization=args.gpu_memory_utilization,
+                            kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len,
+                            spec_tokens=args.spec_tokens, dcp=args.dcp)
+    stack = planner.plan_stack([role], _pricing(args, platform),
+                               output_tokens_per_second=args.output_tokens_per_second)
+    if args.kv_budget_gib is not None:
+        stack = _rebudget(stack, args.kv_budget_gib)
+    return stack, f"ad hoc {args.gpu} TP{args.tp}"
+
+
+def _rebudget(stack: planner.StackPlan, budget_gib: float) -> planner.StackPlan:
+    roles = []
+    for r in stack.roles:
+        s = r.spec
+        plan = planner.plan_role(s.gpu, s.tp, dcp=s.dcp, gpu_memory_utilization=s.gpu_memory_utilization,
+                                 kv_cache_dtype=s.kv_cache_dtype, spec_tokens=s.spec_tokens,
+                                 max_model_len=s.max_model_len, kv_budget_gib=budget_gib)
+        roles.append(replace(r, plan=replace(plan, load_seconds=r.plan.load_seconds)))
+    return replace(stack, roles=tuple(roles))
+
+
+def _platform_key(value: Any) -> str:
+    return value if isinstance(value, str) else value.name
+
+
+def _from_graph(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
+    from kimi_k3.graph import load_stack_graph  # lead's serving graph; imported only for the STACK path
+    graph = load_stack_graph(args.stack)
+    platforms = planner.load_platforms()
+    # Roles name their platform, or inherit the graph's; name falls back to the role's config key.
+    roles = [planner.RoleSpec(name=getattr(r, "name", None) or r.key,
+                              gpu=_platform_key(getattr(r, "platform", None) or graph.platform), tp=r.tp,
+                              nodes_per_replica=r.nodes_per_replica, replicas=r.replicas,
+                              gpu_memory_utilization=r.gpu_memory_utilization, kv_cache_dtype=r.kv_cache_dtype,
+                              max_model_len=r.max_model_len, spec_tokens=getattr(r, "spec_tokens", 0),
+                              dcp=getattr(r, "dcp", 1))
+             for r in graph.roles]
+    price = getattr(graph, "pricing", None)
+    pricing = None if price is None else planner.Pricing(
+        instance_hour_usd=price.instance_hour_usd,
+        gpus_per_instance=getattr(price, "gpus_per_instance", None) or platforms[roles[0].gpu].gpus_per_node,
+        source=price.source, as_of=str(price.as_of))
+    storage = getattr(graph, "storage", None)
+    backends = planner.load_storage_backends(getattr(storage, "fsx_size_tib", None),
+                                             getattr(storage, "fsx_mbps_per_tib", None))
+    stack = planner.plan_stack(roles, pricing, backends, output_tokens_per_second=args.output_tokens_per_second)
+    if args.kv_budget_gib is not None:
+        stack = _rebudget(stack, args.kv_budget_gib)
+    return stack, f"stack {args.stack}"
+
+
+def render_table(stack: planner.StackPlan, title: str) -> str:
+    rows: list[tuple[str, ...]] = []
+    for r in stack.roles:
+        p, j = r.plan, r.plan.to_json()
+        rows += [
+            (f"[{r.spec.name}]", f"{p.gpu} TP{p.tp} DCP{p.dcp} x{r.spec.replicas}, util {p.gpu_memory_utilization}, "
+                                 f"KV {p.kv_cache_dtype}, spec {p.spec_tokens}"),
+            ("weights per GPU", f"{j['weights_gb_per_gpu']:.1f} GB"),
+            ("activation reserve", f"{j['activation_reserve_gib']:.1f} GiB"),
+            ("KV pool per GPU", f"{j['kv_pool_gib_per_gpu']:.2f} GiB"),
+            ("MLA KV per token per GPU", f"{j['kv_bytes_per_token']:,.0f} B"),
+            ("KDA state per request per GPU", f"{j['state_mib_per_request_per_gpu']:.1f} MiB"),
+            ("KV capacity (vLLM log)", f"{j['kv_capacity_tokens']:,} tokens"),
+            ("longest single request", f"{j['kv_capacity_tokens_single_request']:,} tokens"),
+            *[(f"  concurrent @ {int(c):,}", str(n)) for c, n in j["max_concurrent_requests"].items()],
+            (f"fits {p.max_model_len:,} tokens", f"{'yes' if p.fits else 'NO'} (margin {p.fit_margin_gib:+.1f} GiB)"),
+            *[(f"  cold start via {b}", f"{s / 60:.1f} min") for b, s in j["load_seconds"].items()],
+        ]
+    cost = stack.cost_per_hour_usd
+    per_mtok = stack.usd_per_million_output_tokens
+    rows += [
+        ("[stack]", f"{stack.gpus} GPUs on {stack.nodes} nodes = {stack.gpu_hours_per_hour} GPU-hours per hour"),
+        ("cost per hour", "no price configured" if cost is None else
+         f"${cost:,.2f} ({stack.pricing.source}, {stack.pricing.as_of})"),
+        ("$ per million output tokens", f"${per_mtok:,.4f}" if per_mtok is not None else
+         ("no price configured" if cost is None else "give --output-tokens-per-second")),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join([f"Kimi K3 plan: {title}", *(f"{k.ljust(width)}  {v}" for k, v in rows)])
+
+
+def plot(stack: planner.StackPlan, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    contexts = list(planner.CONTEXTS)
+    fig, (cap, cost) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for r in stack.roles:
+        label = f"{r.spec.name}: {r.plan.gpu} TP{r.plan.tp}"
+        counts = [r.plan.vllm_max_concurrency(c) for c in contexts]
+        cap.plot(contexts, counts, marker="o", label=label)
+        if stack.pricing is not None:
+            role_hour = r.gpus * stack.pricing.instance_hour_usd / stack.pricing.gpus_per_instance
+            slots = [n * r.spec.replicas for n in counts]
+            cost.plot(contexts, [role_hour / s if s > 0 else float("nan") for s in slots], marker="o", label=label)
+    for ax in (cap, cost):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(contexts, [f"{c // 2**20}M" if c >= 2**20 else f"{c // 1024}k" for c in contexts])
+        ax.set_xlabel("context length per request (tokens)")
+        ax.grid(True, which="both", alpha=0.3)
+    cap.set_yscale("log")
+    cap.set_ylabel("concurrent requests per replica (vLLM)")
+    cap.set_title("KV capacity")
+    cap.legend()
+    cost.set_title("cost per concurrent request slot")
+    if stack.pricing is None:
+        cost.text(0.5, 0.5, "no price configured", ha="center", va="center", transform=cost.transAxes)
+    else:
+        cost.set_yscale("log")
+        cost.set_ylabel("$ per slot-hour")
+        cost.legend(title=f"{stack.pricing.source}, {stack.pricing.as_of}", title_fontsize="small")
+    fig.suptitle(f"Kimi K3: {', '.join(r.spec.name for r in stack.roles)}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.stack and args.gpu:
+            raise ValueError("give either STACK or --gpu/--tp, not both")
+        if args.stack:
+            stack, title = _from_graph(args)
+        elif args.gpu and args.tp:
+            stack, title = _adhoc(args)
+        else:
+            raise ValueError("give a STACK, or --gpu and --tp for an ad hoc role")
+    except (ValueError, KeyError) as e:
+        print(f"kimi-k3 plan: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(stack.to_json(), indent=2) if args.json else render_table(stack, title))
+    if args.plot:
+        plot(stack, args.plot)
+    return 0
