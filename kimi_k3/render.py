@@ -30,6 +30,10 @@ KIND_ORDER = ["Namespace", "Secret", "ConfigMap", "PersistentVolumeClaim", "Job"
 class RenderError(Exception):
     """The program refused its configuration (message is the program's own) or the stack is unknown."""
 
+    def __init__(self, message: str, registered: list[str] | None = None):
+        super().__init__(message)
+        self.registered = registered or []  # urns registered before the failure: none, for a config error
+
 
 @dataclass
 class Rendered:
@@ -177,7 +181,7 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
     try:
         _sync_await(runtime_stack.run_in_stack(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
     except pulumi.RunError as err:
-        raise RenderError(str(err)) from None
+        raise RenderError(str(err), [r["urn"] for r in records]) from None
     finally:
         os.chdir(cwd)
         sys.path.remove(str(root))

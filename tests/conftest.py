@@ -1,0 +1,71 @@
+"""Shared fixtures: rendered stacks (once per session) and the upstream reference data in ../shared."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kimi_k3.render import read_stack_config, render_config, render_stack
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "reference"
+STACKS = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
+UPSTREAM = {  # our stack -> upstream profile directory
+    "gb200": "agg-gb200-agentic", "gb200-disagg": "disagg-gb200-agentic",
+    "gb300": "agg-gb300-agentic", "gb300-disagg": "disagg-gb300-agentic",
+}
+
+
+@pytest.fixture(scope="session")
+def shared_reference() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"upstream reference data not found at {SHARED} (only present beside the project's own checkout)")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def rendered():
+    return {stack: render_stack(stack, ROOT) for stack in STACKS}
+
+
+def stack_config(stack: str, **overrides) -> tuple[dict[str, str], set[str]]:
+    """A stack's config with `kimi-k3:<key>` values replaced (dicts are JSON-encoded, as the engine passes them)."""
+    config, secrets = read_stack_config(stack, ROOT)
+    for key, value in overrides.items():
+        full = f"kimi-k3:{key}"
+        if value is None:
+            config.pop(full, None)
+            secrets.discard(full)
+        else:
+            config[full] = value if isinstance(value, str) else json.dumps(value)
+    return config, secrets
+
+
+def render_with(stack: str, **overrides):
+    config, secrets = stack_config(stack, **overrides)
+    return render_config(stack, config, secrets, ROOT)
+
+
+def by_kind(objects, kind):
+    return [o for o in objects if o["kind"] == kind]
+
+
+def workers(dgd):
+    return [c for c in dgd["spec"]["components"] if c["type"] != "frontend"]
+
+
+def main_container(component):
+    return next(c for c in component["podTemplate"]["spec"]["containers"] if c["name"] == "main")
+
+
+def env_of(container) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def flag(args: list[str], name: str):
+    """Value after `name` in an argv list; True for a bare flag; None when absent."""
+    if name not in args:
+        return None
+    i = args.index(name)
+    return args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else True

@@ -1,0 +1,84 @@
+"""Bad input ends the run with one message naming the key, the value and what is allowed, registering nothing."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import render_with
+from kimi_k3.render import RenderError
+
+CASES = {
+    "unknown recipe": (
+        "gb300", {"recipe": "gb400"},
+        ["kimi-k3:recipe", "gb400", "'gb200'", "'gb300-disagg'"]),
+    "TP not in whole 4-GPU nodes": (
+        "gb300", {"serving": {"roles": {"decode": {"tp": 6}}}},
+        ["kimi-k3:serving.roles.decode.tp", "6", "multiple of 4"]),
+    "TP8 on GB200": (
+        "gb200", {"serving": {"roles": {"decode": {"tp": 8}}}},
+        ["kimi-k3:serving.roles.decode.tp", "8", "does not fit", "larger TP"]),
+    "nodeCount 1": (
+        "gb300-disagg", {"serving": {"roles": {"prefill": {"tp": 4}}}},
+        ["kimi-k3:serving.roles.prefill.tp", "4", "nodeCount 1", ">= 2"]),
+    "nodesPerReplica disagreeing with TP": (
+        "gb300", {"serving": {"roles": {"decode": {"tp": 8, "nodesPerReplica": 3}}}},
+        ["kimi-k3:serving.roles.decode.nodesPerReplica", "3", "tp = nodesPerReplica x 4"]),
+    "negative replicas": (
+        "gb300-disagg", {"serving": {"roles": {"decode": {"replicas": -1}}}},
+        ["kimi-k3:serving.roles.decode.replicas", "-1", "greater than or equal to 0"]),
+    "missing HF token": (
+        "gb300", {"hfToken": None},
+        ["kimi-k3:hfToken", "not set", "pulumi config set --secret kimi-k3:hfToken"]),
+    "block-storage class": (
+        "gb300", {"storage": {"storageClass": "gp3"}},
+        ["kimi-k3:storage", "gp3", "not ReadWriteMany-capable"]),
+    "block-storage provisioner": (
+        "gb300", {"storage": {"storageClass": "fast", "provisioner": "ebs.csi.aws.com"}},
+        ["kimi-k3:storage", "fast", "ebs.csi.aws.com", "not ReadWriteMany-capable"]),
+    "unknown top-level key": (
+        "gb300", {"replicas": 3},
+        ["kimi-k3:replicas", "unknown key"]),
+    "unknown nested key": (
+        "gb300", {"serving": {"role": {"decode": {"replicas": 1}}}},
+        ["kimi-k3:serving.role", "unknown key"]),
+    "unknown role": (
+        "gb300", {"serving": {"roles": {"prefill": {"replicas": 1}}}},
+        ["kimi-k3:serving.roles.prefill", "allowed: decode"]),
+    "P:D ratio on an aggregated recipe": (
+        "gb200", {"serving": {"pdRatio": "1:2"}},
+        ["kimi-k3:serving.pdRatio", "1:2", "only for disaggregated"]),
+    "unpinned image": (
+        "gb300", {"serving": {"image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"}},
+        ["kimi-k3:serving.image", "latest", "pin a version"]),
+    "non-semver image without runtimeVersion": (
+        "gb300", {"serving": {"image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0-dev.2"}},
+        ["kimi-k3:serving.runtimeVersion", "1.5.0-dev.2", "not semver"]),
+    "derived flag in extraArgs": (
+        "gb300", {"serving": {"roles": {"decode": {"extraArgs": {"--tensor-parallel-size": "4"}}}}},
+        ["kimi-k3:serving.roles.decode.extraArgs", "--tensor-parallel-size", "kimi-k3:serving.roles.<role>.tp"]),
+    "cluster mode": (
+        "gb300", {"cluster": {"mode": "kind"}},
+        ["kimi-k3:cluster.mode", "kind", "'existing' or 'render'"]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_one_clear_error_and_nothing_registered(name):
+    stack, overrides, expected = CASES[name]
+    with pytest.raises(RenderError) as info:
+        render_with(stack, **overrides)
+    message = str(info.value)
+    for part in expected:
+        assert part in message, f"{name}: {part!r} not in {message!r}"
+    assert len(message.splitlines()) <= 2, message
+    assert info.value.registered == [], "a configuration error must register nothing"
+
+
+def test_token_set_without_secret_is_rejected():
+    from conftest import ROOT, stack_config
+    from kimi_k3.render import render_config
+    config, secrets = stack_config("gb300", hfToken="hf_abc")
+    secrets.discard("kimi-k3:hfToken")
+    with pytest.raises(RenderError, match=r"kimi-k3:hfToken: stored in plaintext.*--secret") as info:
+        render_config("gb300", config, secrets, ROOT)
+    assert "hf_abc" not in str(info.value)
+    assert info.value.registered == []

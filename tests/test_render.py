@@ -1,0 +1,227 @@
+"""`kimi-k3 render` of the four stacks: files, totals, model path, claims, clique pinning, ordering, secrets."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT, STACKS, by_kind, env_of, flag, main_container, render_with, workers
+
+# The issue's GPU/node totals per upstream profile (README stacks table).
+EXPECTED = {"gb200": (16, 4), "gb200-disagg": (32, 8), "gb300": (16, 4), "gb300-disagg": (24, 6)}
+
+
+def dgd_of(r):
+    (dgd,) = by_kind(r.objects, "DynamoGraphDeployment")
+    return dgd
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_cli_render_writes_both_files(stack, tmp_path):
+    out = tmp_path / stack
+    proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", stack, "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in yaml.safe_load_all((out / "manifests.yaml").read_text()) if d]
+    kinds = {d["kind"] for d in docs}
+    assert {"Namespace", "Secret", "PersistentVolumeClaim", "Job", "ComputeDomain", "DynamoGraphDeployment"} <= kinds
+    resources = json.loads((out / "resources.json").read_text())["resources"]
+    for r in resources:
+        assert set(r) >= {"urn", "type", "name", "parent", "provider", "dependsOn", "protect", "inputs"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_render_is_byte_identical(stack, rendered, tmp_path):
+    from kimi_k3.render import render_stack
+    rendered[stack].write(tmp_path / "a")
+    render_stack(stack, ROOT).write(tmp_path / "b")
+    for name in ("manifests.yaml", "resources.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_and_node_totals(stack, rendered):
+    gpus = nodes = 0
+    for c in workers(dgd_of(rendered[stack])):
+        per_pod = int(main_container(c)["resources"]["limits"]["nvidia.com/gpu"])
+        nodes += c["replicas"] * c["multinode"]["nodeCount"]
+        gpus += c["replicas"] * c["multinode"]["nodeCount"] * per_pod
+    assert (gpus, nodes) == EXPECTED[stack]
+    assert (rendered[stack].outputs["gpus"], rendered[stack].outputs["nodes"]) == EXPECTED[stack]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_tp_fills_whole_nodes(stack, rendered):
+    for c in workers(dgd_of(rendered[stack])):
+        main = main_container(c)
+        tp = int(flag(main["args"], "--tensor-parallel-size"))
+        assert tp == c["multinode"]["nodeCount"] * int(main["resources"]["limits"]["nvidia.com/gpu"]) == \
+            c["multinode"]["nodeCount"] * 4
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_model_path_is_absolute_under_the_read_only_cache_mount(stack, rendered):
+    (pvc,) = by_kind(rendered[stack].objects, "PersistentVolumeClaim")
+    paths = set()
+    for c in workers(dgd_of(rendered[stack])):
+        spec = c["podTemplate"]["spec"]
+        main = main_container(c)
+        cache_volumes = {v["name"] for v in spec["volumes"]
+                         if v.get("persistentVolumeClaim", {}).get("claimName") == pvc["metadata"]["name"]}
+        mounts = [m for m in main["volumeMounts"] if m["name"] in cache_volumes]
+        assert mounts and all(m.get("readOnly") for m in mounts)
+        model = flag(main["args"], "--model")
+        resolved = re.sub(r"\$\((\w+)\)", lambda m: env_of(main)[m.group(1)], model)
+        assert resolved.startswith("/") and "$" not in resolved
+        assert any(resolved.startswith(m["mountPath"].rstrip("/") + "/") for m in mounts)
+        paths.add((resolved, flag(main["args"], "--served-model-name").replace(
+            "$(SERVED_MODEL_NAME)", env_of(main)["SERVED_MODEL_NAME"])))
+    assert len(paths) == 1, "all roles must serve one model from one path"
+    assert rendered[stack].outputs["modelPath"] == next(iter(paths))[0]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_container_references_an_undefined_env_var(stack, rendered):
+    containers = []
+    for obj in rendered[stack].objects:
+        if obj["kind"] == "DynamoGraphDeployment":
+            containers += [main_container(c) for c in obj["spec"]["components"]]
+        if obj["kind"] == "Job":
+            spec = obj["spec"]["template"]["spec"]
+            containers += spec["containers"] + spec.get("initContainers", [])
+    for container in containers:
+        defined = {e["name"] for e in container.get("env", [])}
+        text = " ".join(container.get("command", []) + container.get("args", []))
+        refs = set(re.findall(r"\$\((\w+)\)", text)) | set(re.findall(r"\$\{?([A-Za-z_]\w*)\}?", text))
+        assert refs <= defined, f"{container['name']}: undefined {sorted(refs - defined)}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_claims_match_compute_domain_templates(stack, rendered):
+    templates = {cd["spec"]["channel"]["resourceClaimTemplate"]["name"]
+                 for cd in by_kind(rendered[stack].objects, "ComputeDomain")}
+    used = set()
+    for c in workers(dgd_of(rendered[stack])):
+        spec = c["podTemplate"]["spec"]
+        pod_claims = {rc["name"]: rc["resourceClaimTemplateName"] for rc in spec["resourceClaims"]}
+        container_claims = {cl["name"] for cl in main_container(c)["resources"]["claims"]}
+        assert container_claims and container_claims <= set(pod_claims)
+        used |= {pod_claims[n] for n in container_claims}
+    assert used == templates, "one ComputeDomain per multinode role, each claimed"
+    assert len(templates) == len(workers(dgd_of(rendered[stack])))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_tp_groups_pinned_to_one_nvlink_clique(stack, rendered):
+    for c in workers(dgd_of(rendered[stack])):
+        pod = c["podTemplate"]
+        terms = pod["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        clique = [t for t in terms if t["topologyKey"] == "nvidia.com/gpu.clique"]
+        assert clique, c["name"]
+        selector = clique[0]["labelSelector"]["matchLabels"]
+        assert selector.items() <= pod["metadata"]["labels"].items(), "the pod must match its own affinity"
+
+
+def _resource(r, type_suffix):
+    (res,) = [x for x in r.resources if x["type"].endswith(type_suffix)]
+    return res
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_model_cache_is_protected_and_retained(stack, rendered):
+    pvc = _resource(rendered[stack], ":PersistentVolumeClaim")
+    assert pvc["protect"] and pvc["retainOnDelete"]
+    pvc_spec = pvc["inputs"]["spec"]
+    assert pvc_spec["accessModes"] == ["ReadWriteMany"]
+    size_gi = int(pvc_spec["resources"]["requests"]["storage"].removesuffix("Gi"))
+    assert 1.56e12 / 2**30 < size_gi <= 2 * 1.56e12 / 2**30, "sized from the ~1.56 TB checkpoint with headroom"
+    assert _resource(rendered[stack], ":Namespace")["retainOnDelete"], "deleting the namespace would delete the PVC"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_download_verified_before_workers_start(stack, rendered):
+    r = rendered[stack]
+    job = _resource(r, ":Job")
+    dgd = _resource(r, ":DynamoGraphDeployment")
+    assert job["urn"] in dgd["dependsOn"]
+    for cd in [x for x in r.resources if x["type"].endswith(":ComputeDomain")]:
+        assert cd["urn"] in dgd["dependsOn"]
+    assert _resource(r, ":PersistentVolumeClaim")["urn"] in job["dependsOn"]
+    assert _resource(r, ":Secret")["urn"] in job["dependsOn"]
+    spec = job["inputs"]["spec"]["template"]["spec"]
+    assert "hf download" in spec["initContainers"][0]["args"][0]
+    assert spec["containers"][0]["command"][-1].endswith("verify_checkpoint.py")
+    assert job["inputs"]["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Complete"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_pulumi_up_waits_for_the_graph_ready(stack, rendered):
+    dgd = dgd_of(rendered[stack])
+    ann = dgd["metadata"]["annotations"]
+    assert ann["pulumi.com/waitFor"] == "condition=Ready"
+    assert int(ann["pulumi.com/timeoutSeconds"]) > 0
+
+
+def test_probe_budget_timeouts_and_shm_come_from_config():
+    r = render_with("gb300-disagg", serving={"startupProbeSeconds": 3600, "readyTimeoutSeconds": 5000,
+                                            "roles": {"decode": {"sharedMemorySize": "64Gi"}}})
+    dgd = dgd_of(r)
+    decode = next(c for c in workers(dgd) if c["type"] == "decode")
+    prefill = next(c for c in workers(dgd) if c["type"] == "prefill")
+    probe = main_container(decode)["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] == 3600
+    assert env_of(main_container(decode))["VLLM_ENGINE_READY_TIMEOUT_S"] == "3600"
+    assert dgd["metadata"]["annotations"]["pulumi.com/timeoutSeconds"] == "5000"
+    assert (decode["sharedMemorySize"], prefill["sharedMemorySize"]) == ("64Gi", "200Gi")
+
+
+def test_overrides_replicas_ratio_image_args_env():
+    r = render_with("gb300-disagg", serving={
+        "pdRatio": "2:3", "image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0",
+        "roles": {"decode": {"extraArgs": {"--max-num-seqs": "128", "--enforce-eager": True},
+                             "env": {"NCCL_DEBUG": "INFO", "TORCH_SYMMMEM": None}}}})
+    dgd = dgd_of(r)
+    decode = next(c for c in workers(dgd) if c["type"] == "decode")
+    prefill = next(c for c in workers(dgd) if c["type"] == "prefill")
+    assert (prefill["replicas"], decode["replicas"]) == (2, 3)
+    assert r.outputs["gpus"] == (2 + 3) * 8
+    main = main_container(decode)
+    assert main["image"].endswith(":1.5.0") and "runtimeVersionOverride" not in decode
+    assert flag(main["args"], "--max-num-seqs") == "128" and main["args"].count("--max-num-seqs") == 1
+    assert flag(main["args"], "--enforce-eager") is True
+    assert env_of(main)["NCCL_DEBUG"] == "INFO" and "TORCH_SYMMMEM" not in env_of(main)
+
+
+def test_hf_token_never_rendered_in_plaintext(tmp_path):
+    token = "hf_plaintext_must_not_leak_123"
+    r = render_with("gb200", hfToken=token)
+    r.write(tmp_path)
+    for name in ("manifests.yaml", "resources.json"):
+        assert token not in (tmp_path / name).read_text()
+    secret = _resource(r, ":Secret")
+    assert secret["inputs"]["stringData"] == "[secret]"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_outputs(stack, rendered):
+    out = rendered[stack].outputs
+    assert out["namespace"] == "kimi-k3"
+    assert out["frontendService"] == f"kimi-k3-{stack}-frontend.kimi-k3.svc.cluster.local:8000"
+    assert out["modelPath"] == "/model-cache/moonshotai/Kimi-K3"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_components_follow_pulumi_conventions(stack, rendered):
+    resources = rendered[stack].resources
+    components = {r["urn"]: r for r in resources if r["type"].startswith("kimi-k3:")}
+    assert {r["type"] for r in components.values()} == {
+        "kimi-k3:cluster:Cluster", "kimi-k3:model:ModelCache", "kimi-k3:serving:ServingGraph"}
+    for r in resources:
+        if r["type"].startswith("kubernetes:"):
+            parent = components[r["parent"]]
+            assert r["name"].startswith(parent["name"] + "-"), r["name"]
+            assert r["provider"].endswith("kimi-k3-cluster-provider"), r["name"]
