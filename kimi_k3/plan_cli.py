@@ -142,7 +142,7 @@ def plot(stack: planner.StackPlan, path: str) -> None:
     contexts = list(planner.CONTEXTS)
     fig, (cap, cost) = plt.subplots(1, 2, figsize=(12, 4.8))
     for r in stack.roles:
-        label = f"{r.spec.name}: {r.plan.gpu} TP{r.plan.tp}"
+        label = f"{r.spec.name}: {r.plan.gpu} TP{r.plan.tp}" + (f" DCP{r.plan.dcp}" if r.plan.dcp > 1 else "")
         counts = [r.plan.vllm_max_concurrency(c) for c in contexts]
         cap.plot(contexts, counts, marker="o", label=label)
         if stack.pricing is not None:
