@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from . import check, plan_cli
-from .render import RenderError, render_stack
+from .render import render_stack
+from .stacks import StackError
 
 RENDER_HELP = """\
 Run the real __main__.py in-process under Pulumi's mock engine with Pulumi.STACK.yaml and write
@@ -22,7 +23,7 @@ def _render(args: argparse.Namespace) -> int:
         out = Path(args.out) if args.out and len(args.stacks) == 1 else Path(args.out or "build") / stack
         try:
             rendered = render_stack(stack)
-        except RenderError as err:
+        except StackError as err:
             print(f"kimi-k3 render {stack}: {err}", file=sys.stderr)
             return 2
         rendered.write(out)

@@ -11,6 +11,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import Field, ValidationError
 
+from .planner import Platform, load_platforms, memory_fit
 from .config import (
     ConfigError, FlagValue, Quantity, StackConfig, Strict, format_validation_error,
 )
@@ -67,16 +68,6 @@ class Recipe(Strict):
     frontend: FrontendRecipe
     worker: WorkerRecipe
     roles: dict[str, RoleRecipe]
-
-
-@dataclass(frozen=True)
-class Platform:
-    name: str
-    gpu_product_label: str
-    gpus_per_node: int
-    hbm_gb: float
-    nvlink_domain_nodes: int
-    arch: str
 
 
 @dataclass(frozen=True)
@@ -154,13 +145,6 @@ class ServingGraph:
     def frontend_service(self) -> str:
         # The Dynamo operator names a component's Service <graph>-<component, lower case>.
         return f"{self.name}-{self.frontend.component.lower()}"
-
-
-@lru_cache(maxsize=None)
-def load_platforms() -> dict[str, Platform]:
-    raw = yaml.safe_load((RECIPES_DIR / "platforms.yaml").read_text())
-    fields = Platform.__dataclass_fields__
-    return {name: Platform(name=name, **{k: v for k, v in facts.items() if k in fields}) for name, facts in raw.items()}
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -272,9 +256,8 @@ def _topology(key: str, recipe_role: RoleRecipe, over, platform: Platform) -> tu
 
 
 def _check_fits(key: str, platform: str, tp: int, util: float, kv_dtype: str, max_len: int) -> None:
-    from . import planner  # the planner's memory model is the fit rule's (one implementation)
-
-    fits, why = planner.memory_fit(platform, tp, gpu_memory_utilization=util, kv_cache_dtype=kv_dtype,
+    # The planner's memory model is also the policy pack's fit rule (one implementation).
+    fits, why = memory_fit(platform, tp, gpu_memory_utilization=util, kv_cache_dtype=kv_dtype,
                                    max_model_len=max_len)
     if not fits:
         raise ConfigError(f"kimi-k3:serving.roles.{key}.tp = {tp}: {why}; use a larger TP")

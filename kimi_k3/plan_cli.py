@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from kimi_k3 import planner
+from kimi_k3.stacks import StackError
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -73,31 +74,19 @@ def _rebudget(stack: planner.StackPlan, budget_gib: float) -> planner.StackPlan:
     return replace(stack, roles=tuple(roles))
 
 
-def _platform_key(value: Any) -> str:
-    return value if isinstance(value, str) else value.name
-
-
 def _from_graph(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
-    from kimi_k3.graph import load_stack_graph  # lead's serving graph; imported only for the STACK path
-    graph = load_stack_graph(args.stack)
-    platforms = planner.load_platforms()
-    # Roles name their platform, or inherit the graph's; name falls back to the role's config key.
-    roles = [planner.RoleSpec(name=getattr(r, "name", None) or r.key,
-                              gpu=_platform_key(getattr(r, "platform", None) or graph.platform), tp=r.tp,
-                              nodes_per_replica=r.nodes_per_replica, replicas=r.replicas,
-                              gpu_memory_utilization=r.gpu_memory_utilization, kv_cache_dtype=r.kv_cache_dtype,
-                              max_model_len=r.max_model_len, spec_tokens=getattr(r, "spec_tokens", 0),
-                              dcp=getattr(r, "dcp", 1))
+    from kimi_k3.stacks import load_stack
+
+    cfg, graph = load_stack(args.stack)
+    roles = [planner.RoleSpec(name=r.key, gpu=graph.platform.name, tp=r.tp, nodes_per_replica=r.nodes_per_replica,
+                              replicas=r.replicas, gpu_memory_utilization=r.gpu_memory_utilization,
+                              kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len)
              for r in graph.roles]
-    price = getattr(graph, "pricing", None)
-    pricing = None if price is None else planner.Pricing(
-        instance_hour_usd=price.instance_hour_usd,
-        gpus_per_instance=getattr(price, "gpus_per_instance", None) or platforms[roles[0].gpu].gpus_per_node,
-        source=price.source, as_of=str(price.as_of))
-    storage = getattr(graph, "storage", None)
-    backends = planner.load_storage_backends(getattr(storage, "fsx_size_tib", None),
-                                             getattr(storage, "fsx_mbps_per_tib", None))
-    stack = planner.plan_stack(roles, pricing, backends, output_tokens_per_second=args.output_tokens_per_second)
+    pricing = None if cfg.pricing is None else planner.Pricing(
+        instance_hour_usd=cfg.pricing.instance_hour_usd, gpus_per_instance=graph.platform.gpus_per_node,
+        source=cfg.pricing.source, as_of=cfg.pricing.as_of)
+    stack = planner.plan_stack(roles, pricing, planner.load_storage_backends(),
+                               output_tokens_per_second=args.output_tokens_per_second)
     if args.kv_budget_gib is not None:
         stack = _rebudget(stack, args.kv_budget_gib)
     return stack, f"stack {args.stack}"
@@ -181,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
             stack, title = _adhoc(args)
         else:
             raise ValueError("give a STACK, or --gpu and --tp for an ad hoc role")
-    except (ValueError, KeyError) as e:
+    except (ValueError, KeyError, StackError) as e:
         print(f"kimi-k3 plan: {e}", file=sys.stderr)
         return 2
     print(json.dumps(stack.to_json(), indent=2) if args.json else render_table(stack, title))

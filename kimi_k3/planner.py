@@ -66,9 +66,11 @@ class ModelFacts:
 @dataclass(frozen=True)
 class Platform:
     name: str
+    gpu_product_label: str
     gpus_per_node: int
     hbm_gb: float
     nvlink_domain_nodes: int
+    arch: str
 
 
 @dataclass(frozen=True)
@@ -283,9 +285,7 @@ def load_model_facts() -> ModelFacts:
 
 
 def load_platforms() -> dict[str, Platform]:
-    return {name: Platform(name=name, gpus_per_node=p["gpus_per_node"], hbm_gb=p["hbm_gb"],
-                           nvlink_domain_nodes=p["nvlink_domain_nodes"])
-            for name, p in _read("platforms.yaml").items()}
+    return {name: Platform(name=name, **p) for name, p in _read("platforms.yaml").items()}
 
 
 def load_storage_backends(fsx_size_tib: float | None = None,

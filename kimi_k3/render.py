@@ -18,17 +18,18 @@ from typing import Any
 import yaml
 from google.protobuf import json_format
 
+from .stacks import SECRET_PLACEHOLDER, StackError, project_root, read_stack_config
+
 PROJECT = "kimi-k3"
 SECRET_SIG = ("4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270")
-SECRET_PLACEHOLDER = "[secret]"
 REDACTED = "[redacted]"
 # Manifest order: what must exist first comes first (as `kubectl apply -f` would need it).
 KIND_ORDER = ["Namespace", "Secret", "ConfigMap", "PersistentVolumeClaim", "Job", "ComputeDomain",
               "DynamoGraphDeployment"]
 
 
-class RenderError(Exception):
-    """The program refused its configuration (message is the program's own) or the stack is unknown."""
+class RenderError(StackError):
+    """The program refused its configuration (the message is the program's own)."""
 
     def __init__(self, message: str, registered: list[str] | None = None):
         super().__init__(message)
@@ -49,45 +50,20 @@ class Rendered:
         (out_dir / "resources.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
-def project_root() -> Path:
-    """The Pulumi project holding the working directory, else the one this package was installed from."""
-    for d in [Path.cwd(), *Path.cwd().parents]:
-        if (d / "Pulumi.yaml").is_file() and (d / "__main__.py").is_file():
-            return d
-    return Path(__file__).resolve().parent.parent
-
-
-def stack_names(root: Path | None = None) -> list[str]:
-    root = root or project_root()
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
-
-
-def read_stack_config(stack: str, root: Path | None = None) -> tuple[dict[str, str], set[str]]:
-    """Pulumi.<stack>.yaml -> ({key: value as the engine passes it}, secret keys). Secrets become placeholders."""
-    root = root or project_root()
-    path = root / f"Pulumi.{stack}.yaml"
-    if not path.is_file():
-        raise RenderError(f"no stack {stack!r}: {path.name} not found; stacks: {', '.join(stack_names(root))}")
-    doc = yaml.safe_load(path.read_text()) or {}
-    config: dict[str, str] = {}
-    secrets: set[str] = set()
-    for key, value in (doc.get("config") or {}).items():
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            config[key], _ = SECRET_PLACEHOLDER, secrets.add(key)
-        else:
-            config[key] = value if isinstance(value, str) else json.dumps(value)
-    # Render cannot decrypt secrets; one the stack does not hold yet (set per user) is assumed set.
-    for key in ("kimi-k3:hfToken",):
-        if key not in config:
-            config[key], _ = SECRET_PLACEHOLDER, secrets.add(key)
-    return config, secrets
+def _hide(value: Any) -> Any:
+    """A secret's shape without its values: map keys stay (they name what is secret), leaves become [secret]."""
+    if isinstance(value, dict):
+        return {k: _hide(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hide(v) for v in value]
+    return SECRET_PLACEHOLDER
 
 
 def _plain(value: Any) -> Any:
-    """Struct -> plain data: secrets replaced, integral floats back to ints (protobuf numbers are doubles)."""
+    """Struct -> plain data: secrets hidden, integral floats back to ints (protobuf numbers are doubles)."""
     if isinstance(value, dict):
         if value.get(SECRET_SIG[0]) == SECRET_SIG[1]:
-            return SECRET_PLACEHOLDER
+            return _hide(value.get("value"))
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_plain(v) for v in value]

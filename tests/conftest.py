@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kimi_k3.render import read_stack_config, render_config, render_stack
+from kimi_k3.render import render_config, render_stack
+from kimi_k3.stacks import read_stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "reference"

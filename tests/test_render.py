@@ -203,7 +203,7 @@ def test_hf_token_never_rendered_in_plaintext(tmp_path):
     for name in ("manifests.yaml", "resources.json"):
         assert token not in (tmp_path / name).read_text()
     secret = _resource(r, ":Secret")
-    assert secret["inputs"]["stringData"] == "[secret]"
+    assert secret["inputs"]["stringData"] == {"HF_TOKEN": "[secret]"}
 
 
 @pytest.mark.parametrize("stack", STACKS)
