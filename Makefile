@@ -1,0 +1,50 @@
+# kimi-k3: every target bootstraps its own .venv from pyproject.toml (pinned), so a clean clone just works.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STACK ?= gb300-disagg
+STACKS := gb200 gb200-disagg gb300 gb300-disagg
+# A local file backend by default: no Pulumi Cloud account needed. Override to use another backend.
+PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
+export PULUMI_BACKEND_URL
+
+.PHONY: venv test render check plan pulumi-cli stack preview up clean
+
+$(BIN)/kimi-k3: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/kimi-k3
+
+test: venv
+	$(BIN)/pytest
+
+render: venv
+	$(BIN)/kimi-k3 render $(STACK)
+
+check: venv
+	$(BIN)/kimi-k3 check $(STACKS)
+
+plan: venv
+	$(BIN)/kimi-k3 plan $(STACK)
+
+pulumi-cli:
+	@command -v pulumi >/dev/null || { echo "The Pulumi CLI is not installed. Install it (https://www.pulumi.com/docs/iac/download-install/):"; \
+	  echo "  curl -fsSL https://get.pulumi.com | sh      # or: brew install pulumi/tap/pulumi"; \
+	  echo "Offline, without the CLI: make render STACK=$(STACK)"; exit 1; }
+
+stack: venv pulumi-cli
+	@mkdir -p .pulumi-state
+	pulumi stack select --create $(STACK)
+	@pulumi config get kimi-k3:hfToken --stack $(STACK) >/dev/null 2>&1 || { \
+	  echo "Set your Hugging Face token first: pulumi config set --secret kimi-k3:hfToken hf_... --stack $(STACK)"; exit 1; }
+
+preview: stack
+	pulumi preview --stack $(STACK) --policy-pack policies --diff
+
+up: stack
+	pulumi up --stack $(STACK) --policy-pack policies
+
+clean:
+	rm -rf build rendered .pytest_cache
