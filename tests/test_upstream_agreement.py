@@ -1,0 +1,140 @@
+"""Our four stacks agree with NVIDIA's four published profiles on every serving fact, except deliberate fixes."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+import yaml
+
+from conftest import STACKS, UPSTREAM, by_kind, main_container
+
+SERVING_FLAGS = ("--tensor-parallel-size", "--kv-cache-dtype", "--reasoning-parser", "--dyn-reasoning-parser",
+                 "--dyn-tool-call-parser", "--disaggregation-mode", "--block-size", "--max-model-len",
+                 "--mm-encoder-tp-mode", "--gpu-memory-utilization")
+BARE_FLAGS = ("--enable-prefix-caching", "--enable-multimodal", "--trust-remote-code")
+# Where we differ from upstream on purpose: (stack, role type, flag) -> (upstream value, ours, why).
+DELIBERATE = {
+    ("gb300", "decode", "--block-size"): (None, "64", "pin the block size the frontend's KV router assumes"),
+    ("gb300", "decode", "--mm-encoder-tp-mode"): (None, "data", "every profile runs the vision encoder data-parallel"),
+    ("gb300-disagg", "prefill", "--block-size"): (None, "64", "pin the block size the frontend's KV router assumes"),
+    ("gb300-disagg", "decode", "--block-size"): (None, "64", "pin the block size the frontend's KV router assumes"),
+    ("gb300-disagg", "prefill", "--mm-encoder-tp-mode"): (None, "data", "encoder data parallelism everywhere"),
+    ("gb300-disagg", "decode", "--mm-encoder-tp-mode"): (None, "data", "encoder data parallelism everywhere"),
+    ("gb300-disagg", "prefill", "--max-model-len"): (None, "1048576", "serve the full context explicitly"),
+    ("gb300-disagg", "decode", "--max-model-len"): (None, "1048576", "serve the full context explicitly"),
+    ("gb200", "decode", "--max-model-len"): (None, "1048576", "serve the full context explicitly"),
+    ("gb200-disagg", "prefill", "--max-model-len"): (None, "1048576", "serve the full context explicitly"),
+    ("gb200-disagg", "decode", "--max-model-len"): (None, "1048576", "serve the full context explicitly"),
+    ("gb300", "frontend", "--kv-cache-block-size"): (None, "64", "KV routing must hash blocks as workers do"),
+    ("gb300-disagg", "frontend", "--kv-cache-block-size"): (None, "64", "KV routing must hash blocks as workers do"),
+    ("gb300", "frontend", "--router-kv-events"): (None, True, "routing on published KV events, as on GB200"),
+    ("gb300-disagg", "frontend", "--router-kv-events"): (None, True, "routing on published KV events, as on GB200"),
+}
+
+
+def argv(container) -> list[str]:
+    """The program's argv: exec-form command+args, or the command inside a `sh -c` script."""
+    words = container.get("command", []) + container.get("args", [])
+    if words[:1] and words[0].endswith("sh") and len(words) >= 3:
+        script = words[-1].replace("\\\n", " ")
+        lines = [ln for ln in script.splitlines() if ln.strip() and not ln.strip().startswith(("#", "set "))]
+        words = shlex.split(" ".join(lines))
+        words = words[words.index("exec") + 1:] if "exec" in words else words
+    return words
+
+
+def flags(words: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for i, w in enumerate(words):
+        if w.startswith("--"):
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            out[w] = nxt if nxt is not None and not nxt.startswith("--") else True
+    return out
+
+
+def same(a, b) -> bool:
+    """Flag values agree as written or as numbers ('0.9' == '0.90')."""
+    try:
+        return a == b or float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
+def serving_facts(objects) -> dict[str, dict]:
+    """Per component type: replicas, nodeCount, and the serving flags of its main container."""
+    (dgd,) = by_kind(objects, "DynamoGraphDeployment")
+    facts = {}
+    for c in dgd["spec"]["components"]:
+        f = flags(argv(main_container(c)))
+        facts[c["type"]] = {
+            "replicas": c.get("replicas", 1),
+            "nodeCount": c.get("multinode", {}).get("nodeCount", 1),
+            "flags": f,
+            "kv_connector": json.loads(f["--kv-transfer-config"])["kv_connector"] if "--kv-transfer-config" in f else None,
+        }
+    return facts
+
+
+@pytest.fixture(scope="module")
+def upstream(shared_reference):
+    root = shared_reference / "dynamo" / "recipes" / "kimi-k3" / "vllm"
+    return {stack: [d for d in yaml.safe_load_all((root / UPSTREAM[stack] / "deploy.yaml").read_text()) if d]
+            for stack in STACKS}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_same_components_topology_and_replicas(stack, rendered, upstream):
+    ours, theirs = serving_facts(rendered[stack].objects), serving_facts(upstream[stack])
+    assert set(ours) == set(theirs)
+    for role in ours:
+        assert ours[role]["replicas"] == theirs[role]["replicas"], role
+        assert ours[role]["nodeCount"] == theirs[role]["nodeCount"], role
+        assert ours[role]["kv_connector"] == theirs[role]["kv_connector"], role
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_same_serving_flags_except_deliberate_fixes(stack, rendered, upstream):
+    ours, theirs = serving_facts(rendered[stack].objects), serving_facts(upstream[stack])
+    for role in ours:
+        if role == "frontend":
+            names = ("--router-mode", "--kv-cache-block-size", "--router-kv-events", "--http-port")
+        else:
+            names = SERVING_FLAGS + BARE_FLAGS
+        for name in names:
+            mine, upstream_value = ours[role]["flags"].get(name), theirs[role]["flags"].get(name)
+            if (stack, role, name) in DELIBERATE:
+                expected_upstream, expected_ours, _why = DELIBERATE[(stack, role, name)]
+                assert (upstream_value, mine) == (expected_upstream, expected_ours), (role, name)
+            else:
+                assert same(mine, upstream_value), (stack, role, name, mine, upstream_value)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_block_sizes_agree_within_our_graph(stack, rendered):
+    facts = serving_facts(rendered[stack].objects)
+    frontend = facts.pop("frontend")["flags"]["--kv-cache-block-size"]
+    assert {f["flags"]["--block-size"] for f in facts.values()} == {frontend}
+
+
+def test_gb200_disagg_ucx_contradiction_fixed(rendered, upstream):
+    def env(objects, role):
+        (dgd,) = by_kind(objects, "DynamoGraphDeployment")
+        c = next(c for c in dgd["spec"]["components"] if c["type"] == role)
+        return {e["name"]: e.get("value") for e in main_container(c)["env"]}
+    for role in ("prefill", "decode"):
+        theirs, ours = env(upstream["gb200-disagg"], role), env(rendered["gb200-disagg"].objects, role)
+        assert theirs["UCX_TLS"] == "^cuda_ipc" and theirs["UCX_CUDA_IPC_ENABLE_MNNVL"] == "y"  # upstream's bug
+        assert "cuda_ipc" in ours["UCX_TLS"].split(",") and ours["UCX_CUDA_IPC_ENABLE_MNNVL"] == "y"
+
+
+def test_upstream_ships_no_clique_pinning_and_we_always_do(rendered, upstream):
+    for stack in STACKS:
+        for objects, pinned in ((upstream[stack], False), (rendered[stack].objects, True)):
+            (dgd,) = by_kind(objects, "DynamoGraphDeployment")
+            for c in dgd["spec"]["components"]:
+                if c["type"] == "frontend":
+                    continue
+                affinity = c["podTemplate"]["spec"].get("affinity", {}).get("podAffinity", {})
+                terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", [])
+                assert any(t["topologyKey"] == "nvidia.com/gpu.clique" for t in terms) is pinned, (stack, c["name"])
