@@ -8,7 +8,7 @@ STACKS := gb200 gb200-disagg gb300 gb300-disagg
 PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_BACKEND_URL
 
-.PHONY: venv test render check plan pulumi-cli stack preview up clean
+.PHONY: venv test render check plan bench pulumi-cli stack preview up clean
 
 $(BIN)/kimi-k3: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ check: venv
 
 plan: venv
 	$(BIN)/kimi-k3 plan $(STACK)
+
+bench: venv
+	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 pulumi-cli:
 	@command -v pulumi >/dev/null || { echo "The Pulumi CLI is not installed. Install it (https://www.pulumi.com/docs/iac/download-install/):"; \
