@@ -10,22 +10,18 @@ Each check yields `Finding` (a violation) or `Skipped` (the rule could not be ev
 
 from __future__ import annotations
 
-import functools
-import importlib
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
-import yaml
 
 from kimi_k3 import flags
+from kimi_k3.planner import Platform, load_platforms, memory_fit
 
 MANDATORY = "mandatory"
 ADVISORY = "advisory"
 
-PLATFORMS_FILE = Path(__file__).resolve().parents[1] / "recipes" / "platforms.yaml"
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -114,17 +110,9 @@ class Rule:
 
 
 # ---------------------------------------------------------------------------------------- facts
-@functools.lru_cache(maxsize=1)
-def platforms() -> Mapping[str, Mapping[str, Any]]:
-    with PLATFORMS_FILE.open() as fh:
-        return yaml.safe_load(fh)
-
-
-def platform_for_product(product: Optional[str]) -> Optional[tuple[str, Mapping[str, Any]]]:
-    for key, facts in platforms().items():
-        if product is not None and facts.get("gpu_product_label") == product:
-            return key, facts
-    return None
+def platform_for_product(product: Optional[str]) -> Optional[Platform]:
+    """The platform (recipes/platforms.yaml, via the planner's loader) whose GPUs carry this product label."""
+    return next((p for p in load_platforms().values() if product is not None and p.gpu_product_label == product), None)
 
 
 # ---------------------------------------------------------------------------------------- object helpers
@@ -288,10 +276,9 @@ def check_pods_take_whole_nodes(obj: Mapping, ctx: Context) -> Iterator[Result]:
             yield Skipped(target_of(obj), f"component {comp.get('name')}: GPU product {product!r} not in "
                           "recipes/platforms.yaml (pin it with nodeSelector/nodeAffinity on nvidia.com/gpu.product)")
             continue
-        key, facts = found
-        if gpus(container) != facts["gpus_per_node"]:
+        if gpus(container) != found.gpus_per_node:
             yield Finding(target_of(obj), f"component {comp.get('name')}: multinode pod requests {gpus(container)} "
-                          f"GPUs; a {key} node has {facts['gpus_per_node']}")
+                          f"GPUs; a {found.name} node has {found.gpus_per_node}")
 
 
 def check_multinode_claims_compute_domain(objects: Sequence[Mapping], ctx: Context) -> Iterator[Result]:
@@ -337,10 +324,9 @@ def check_tp_group_fits_nvlink_domain(obj: Mapping, ctx: Context) -> Iterator[Re
         if found is None:
             yield Skipped(target_of(obj), f"component {comp.get('name')}: GPU product {product!r} unknown")
             continue
-        key, facts = found
-        if node_count(comp) > facts["nvlink_domain_nodes"]:
+        if node_count(comp) > found.nvlink_domain_nodes:
             yield Finding(target_of(obj), f"component {comp.get('name')}: {node_count(comp)} nodes per TP group; "
-                          f"one {key} NVLink domain holds {facts['nvlink_domain_nodes']}")
+                          f"one {found.name} NVLink domain holds {found.nvlink_domain_nodes}")
 
 
 def gpu_nodes(obj: Mapping) -> int:
@@ -375,20 +361,9 @@ def check_gpu_totals_match_recipe(obj: Mapping, ctx: Context) -> Iterator[Result
 _KV_DTYPES = {"auto": "bf16", "bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 
 
-def _memory_fit() -> Optional[Callable[..., tuple[bool, str]]]:
-    try:
-        return importlib.import_module("kimi_k3.planner").memory_fit
-    except (ImportError, AttributeError):
-        return None
-
-
 def check_model_fits_at_tp(obj: Mapping, ctx: Context) -> Iterator[Result]:
-    memory_fit = _memory_fit()
     for comp, container, tokens in workers(obj):
         where = f"component {comp.get('name')}"
-        if memory_fit is None:
-            yield Skipped(target_of(obj), f"{where}: kimi_k3.planner.memory_fit is not available")
-            continue
         found = platform_for_product(gpu_product(pod_spec(comp)))
         if found is None:
             yield Skipped(target_of(obj), f"{where}: GPU product unknown")
@@ -402,7 +377,7 @@ def check_model_fits_at_tp(obj: Mapping, ctx: Context) -> Iterator[Result]:
         if flags.flag_value(tokens, "--max-model-len"):
             kwargs["max_model_len"] = int(flags.flag_value(tokens, "--max-model-len"))
         try:
-            fits, reason = memory_fit(found[0], tp, **kwargs)
+            fits, reason = memory_fit(found.name, tp, **kwargs)
         except ValueError as exc:  # the planner rejects layouts the model cannot run in (e.g. TP not dividing heads)
             fits, reason = False, str(exc)
         if not fits:

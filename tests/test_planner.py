@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 from dataclasses import replace
 from pathlib import Path

@@ -16,7 +16,7 @@ import grpc
 import pytest
 import yaml
 from google.protobuf import empty_pb2, json_format, struct_pb2
-from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc, plugin_pb2
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 from policies import rules
 from test_rules import UPSTREAM, comp, dgd_of, env, good_objects, main
