@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kimi_k3.config import SECRET_KEYS
 from kimi_k3.render import render_config, render_stack
 from kimi_k3.stacks import read_stack_config
 
@@ -31,7 +32,9 @@ def rendered():
 
 
 def stack_config(stack: str, **overrides) -> tuple[dict[str, str], set[str]]:
-    """A stack's config with `kimi-k3:<key>` values replaced (dicts are JSON-encoded, as the engine passes them)."""
+    """A stack's config with `kimi-k3:<key>` values replaced (dicts are JSON-encoded, as the engine passes them).
+
+    Secret keys given here are marked secret, as `pulumi config set --secret` would."""
     config, secrets = read_stack_config(stack, ROOT)
     for key, value in overrides.items():
         full = f"kimi-k3:{key}"
@@ -40,6 +43,8 @@ def stack_config(stack: str, **overrides) -> tuple[dict[str, str], set[str]]:
             secrets.discard(full)
         else:
             config[full] = value if isinstance(value, str) else json.dumps(value)
+            if key in SECRET_KEYS:
+                secrets.add(full)
     return config, secrets
 
 

@@ -225,3 +225,17 @@ def test_components_follow_pulumi_conventions(stack, rendered):
             parent = components[r["parent"]]
             assert r["name"].startswith(parent["name"] + "-"), r["name"]
             assert r["provider"].endswith("kimi-k3-cluster-provider"), r["name"]
+
+
+def test_existing_cluster_gets_its_kubeconfig_as_a_secret_and_its_context():
+    kubeconfig = "apiVersion: v1\nkind: Config\nusers: [{name: admin, user: {token: do-not-print}}]\n"
+    r = render_with("gb300", cluster={"mode": "existing", "context": "gb300-prod"}, kubeconfig=kubeconfig)
+    (provider,) = [x for x in r.resources if x["type"] == "pulumi:providers:kubernetes"]
+    assert provider["inputs"]["kubeconfig"] == "[secret]" and provider["inputs"]["context"] == "gb300-prod"
+    assert "renderYamlToDirectory" not in provider["inputs"]
+    assert "do-not-print" not in json.dumps(r.resources)
+
+
+def test_render_mode_writes_yaml_to_the_configured_directory(rendered):
+    (provider,) = [x for x in rendered["gb300"].resources if x["type"] == "pulumi:providers:kubernetes"]
+    assert provider["inputs"]["renderYamlToDirectory"] == "rendered/gb300"
