@@ -130,16 +130,21 @@ def plot(stack: planner.StackPlan, path: str) -> None:
 
     contexts = list(planner.CONTEXTS)
     fig, (cap, cost) = plt.subplots(1, 2, figsize=(12, 4.8))
-    for r in stack.roles:
+    # Distinct dash and marker per role: roles with the same topology draw the same curve.
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+    for i, r in enumerate(stack.roles):
+        line, marker = styles[i % len(styles)]
         label = f"{r.spec.name}: {r.plan.gpu} TP{r.plan.tp}" + (f" DCP{r.plan.dcp}" if r.plan.dcp > 1 else "")
         counts = [r.plan.vllm_max_concurrency(c) for c in contexts]
-        cap.plot(contexts, counts, marker="o", label=label)
+        cap.plot(contexts, counts, linestyle=line, marker=marker, label=label)
         if stack.pricing is not None:
             role_hour = r.gpus * stack.pricing.instance_hour_usd / stack.pricing.gpus_per_instance
             slots = [n * r.spec.replicas for n in counts]
-            cost.plot(contexts, [role_hour / s if s > 0 else float("nan") for s in slots], marker="o", label=label)
+            cost.plot(contexts, [role_hour / s if s > 0 else float("nan") for s in slots],
+                      linestyle=line, marker=marker, label=label)
     for ax in (cap, cost):
         ax.set_xscale("log", base=2)
+        ax.set_xlim(contexts[0] / 1.4, contexts[-1] * 1.4)
         ax.set_xticks(contexts, [f"{c // 2**20}M" if c >= 2**20 else f"{c // 1024}k" for c in contexts])
         ax.set_xlabel("context length per request (tokens)")
         ax.grid(True, which="both", alpha=0.3)
