@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import check, plan_cli
+from . import check, diff, plan_cli
 from .render import render_stack
 from .stacks import StackError
 
@@ -41,6 +41,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="output directory (default build/STACK)")
     r.set_defaults(func=_render)
     check.register(sub)
+    diff.register(sub)
     plan_cli.register(sub)
     return p
 
