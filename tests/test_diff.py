@@ -1,0 +1,209 @@
+"""`kimi-k3 diff`: a temporary git repository of this project with one-change commits, diffed end to end."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from kimi_k3 import diff
+
+GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+DGD = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
+DECODE_ARGS = "spec.components[DecodeWorker].podTemplate.spec.containers[main].args"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True, text=True).stdout
+
+
+def edit(repo: Path, path: str, old: str, new: str) -> None:
+    f = repo / path
+    text = f.read_text()
+    assert text.count(old) == 1, f"{old!r} is not unique in {path}"  # the edit must be the one line we mean
+    f.write_text(text.replace(old, new))
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    """This project's committed files at tag `base`, plus one tag per change (all children of `base`)."""
+    repo = tmp_path_factory.mktemp("repo")
+    # HEAD, not the working tree: others' half-done edits must not decide whether these tests pass.
+    archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(repo)], input=archive.stdout, check=True)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    git(repo, "tag", "base")
+    changes = {
+        "max-num-seqs": [("recipes/gb300-disagg.yaml", '--max-num-seqs: "256"', '--max-num-seqs: "128"')],
+        "replicas": [("recipes/gb300-disagg.yaml", "    replicas: 2\n", "    replicas: 3\n")],
+        "ucx": [("recipes/gb200-disagg.yaml", "UCX_TLS: cuda_copy,cuda_ipc,tcp", "UCX_TLS: ^cuda_ipc")],
+        # Code, not data: only visible if each side is rendered by its own revision's code.
+        "code": [("kimi_k3/manifests.py", '"app.kubernetes.io/part-of": "kimi-k3"', '"app.kubernetes.io/part-of": "kimi"')],
+        "no-render": [("kimi_k3/render.py", "from __future__ import annotations\n",
+                       'from __future__ import annotations\nraise ImportError("no render at this revision")\n')],
+    }
+    for tag, edits in changes.items():
+        git(repo, "checkout", "-q", "--detach", "base")
+        for path, old, new in edits:
+            edit(repo, path, old, new)
+        git(repo, "commit", "-qam", tag)
+        git(repo, "tag", tag)
+    git(repo, "checkout", "-q", "--detach", "base")
+    shutil.copy2(repo / "Pulumi.gb300.yaml", repo / "Pulumi.gb300-copy.yaml")
+    git(repo, "add", "Pulumi.gb300-copy.yaml")
+    git(repo, "commit", "-qm", "a fifth stack")
+    git(repo, "tag", "new-stack")
+    git(repo, "checkout", "-q", "--detach", "base")
+    return repo
+
+
+def kimi_k3_cli(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    """This venv's `kimi-k3` run from the project directory, as CI runs it."""
+    return subprocess.run([str(Path(sys.executable).parent / "kimi-k3"), *args], cwd=repo,
+                          capture_output=True, text=True, timeout=120)
+
+
+def by_stack(report):
+    return {s["stack"]: s for s in report["stacks"]}
+
+
+def test_one_recipe_value_is_exactly_the_change(repo):
+    report = diff.run_diff(repo, "base", "max-num-seqs", [])
+    stacks = by_stack(report)
+    assert sorted(stacks) == ["gb200", "gb200-disagg", "gb300", "gb300-disagg"]
+    assert {s: r["status"] for s, r in stacks.items() if r["status"] != "unchanged"} == {"gb300-disagg": "changed"}
+    res = stacks["gb300-disagg"]["resources"]
+    assert res["added"] == res["removed"] == []
+    (changed,) = res["changed"]
+    assert (changed["type"], changed["options"]) == (DGD, [])
+    assert changed["inputs"] == [{"path": DECODE_ARGS, "flag": "--max-num-seqs", "before": ["256"], "after": ["128"]}]
+    assert stacks["gb300-disagg"]["summary"] == \
+        "gb300-disagg: 1 changed, 0 added, 0 removed; GPUs 24; nodes 6; violations 0"
+    md = diff.markdown(report)
+    assert f"- `{DECODE_ARGS}`: `--max-num-seqs: 256 -> 128`" in md
+    assert md.count("**Changed**") == 1
+
+
+def test_replicas_change_moves_gpu_and_node_totals(repo):
+    (stack,) = diff.run_diff(repo, "base", "replicas", ["gb300-disagg"])["stacks"]
+    assert stack["summary"].startswith("gb300-disagg: 1 changed, 0 added, 0 removed; GPUs 24 -> 32; nodes 6 -> 8")
+    paths = {c["path"]: (c["before"], c["after"]) for c in stack["resources"]["changed"][0]["inputs"]}
+    assert paths["spec.components[DecodeWorker].replicas"] == (2, 3)
+    assert paths['metadata.annotations["kimi-k3.io/gpus"]'] == ("24", "32")
+
+
+def test_policy_breaking_change_shows_the_new_violation_first(repo):
+    report = diff.run_diff(repo, "base", "ucx", ["gb200-disagg"])
+    (stack,) = report["stacks"]
+    assert [v["rule"] for v in stack["policy"]["new"]] == ["ucx-settings-consistent"] * len(stack["policy"]["new"])
+    assert stack["policy"]["new"] and stack["policy"]["resolved"] == []
+    assert f"({len(stack['policy']['new'])} new, 0 resolved)" in stack["summary"]
+    changes = stack["resources"]["changed"][0]["inputs"]
+    assert {(c["before"], c["after"]) for c in changes} == {("cuda_copy,cuda_ipc,tcp", "^cuda_ipc")}
+    assert all(c["path"].endswith(".env[UCX_TLS].value") for c in changes)
+    md = diff.markdown(report)
+    assert md.index("**New violations**") < md.index("**Changed**")
+    assert "`ucx-settings-consistent` (mandatory)" in md
+
+
+def test_each_revision_is_rendered_by_its_own_code(repo):
+    """The label lives in kimi_k3/manifests.py: rendering the base with the head's code would show nothing."""
+    report = diff.run_diff(repo, "base", "code", ["gb300"])
+    changes = [c for r in report["stacks"][0]["resources"]["changed"] for c in r["inputs"]]
+    assert changes and {(c["before"], c["after"]) for c in changes} == {("kimi-k3", "kimi")}
+    assert all(c["path"].endswith('labels["app.kubernetes.io/part-of"]') for c in changes)
+
+
+def test_a_base_that_cannot_render_is_reported_not_raised(repo):
+    report = diff.run_diff(repo, "no-render", "base", ["gb200", "gb300"])
+    for stack in report["stacks"]:
+        assert stack["status"] == "error"
+        assert stack["summary"].startswith(f"{stack['stack']}: base did not render: ")
+        assert "no render at this revision" in stack["summary"]
+    assert "base did not render" in diff.markdown(report)
+
+
+def test_stacks_on_one_side_only_are_added_or_removed(repo):
+    (added,) = diff.run_diff(repo, "base", "new-stack", ["gb300-copy"])["stacks"]
+    (removed,) = diff.run_diff(repo, "new-stack", "base", ["gb300-copy"])["stacks"]
+    assert (added["status"], removed["status"]) == ("added", "removed")
+    assert added["summary"] == "gb300-copy: new stack; GPUs - -> 16; nodes - -> 4; violations - -> 0"
+    assert len(added["resources"]["added"]) == len(removed["resources"]["removed"]) > 0
+
+
+def test_cli_diffs_the_working_tree_and_is_deterministic(repo):
+    """Default head: the uncommitted working tree, run as CI runs it (from the project directory)."""
+    edit(repo, "recipes/gb300-disagg.yaml", '--max-num-seqs: "256"', '--max-num-seqs: "64"')
+    try:
+        runs = [kimi_k3_cli(repo, "diff", "--base", "main", "gb300-disagg") for _ in range(2)]
+    finally:
+        git(repo, "checkout", "-q", "--", "recipes/gb300-disagg.yaml")
+    assert runs[0].returncode == 0, runs[0].stderr
+    assert runs[0].stdout == runs[1].stdout
+    assert runs[0].stdout.startswith("## kimi-k3 diff: `main` (")
+    assert f"- `{DECODE_ARGS}`: `--max-num-seqs: 256 -> 64`" in runs[0].stdout
+    assert not list(Path(repo).glob(".git/worktrees/*"))  # the base worktree is cleaned up
+
+
+def test_unknown_revision_and_stack_exit_2(repo):
+    for args in (["--base", "no-such-ref"], ["--base", "main", "no-such-stack"]):
+        proc = kimi_k3_cli(repo, "diff", *args)
+        assert proc.returncode == 2 and proc.stderr.startswith("kimi-k3 diff: "), proc.stderr
+
+
+def test_kubernetes_objects_are_diffed_from_the_redacted_manifests(tmp_path):
+    from kimi_k3.render import render_stack
+    render_stack("gb200", ROOT).write(tmp_path)
+    loaded = diff.load_render(tmp_path)
+    (secret,) = [r for r in loaded.resources.values() if r["type"] == "kubernetes:core/v1:Secret"]
+    assert secret["inputs"]["stringData"] == {"HF_TOKEN": "[redacted]"}
+
+
+# ------------------------------------------------------------------------------- field diffs, in memory
+def paths(before, after):
+    return [c.as_json() for c in diff.diff_values(before, after)]
+
+
+def test_named_list_items_are_keyed_by_name_and_odd_keys_quoted():
+    before = {"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}], "x.y": 1}
+    after = {"env": [{"name": "B", "value": "3"}, {"name": "C", "value": "4"}], "x.y": 2}
+    assert paths(before, after) == [
+        {"path": "env[A]", "before": {"name": "A", "value": "1"}},
+        {"path": "env[B].value", "before": "2", "after": "3"},
+        {"path": "env[C]", "after": {"name": "C", "value": "4"}},
+        {"path": '["x.y"]', "before": 1, "after": 2},
+    ]
+
+
+def test_argv_is_compared_flag_by_flag():
+    before = ["--a", "1", "--bare", "--b=2", "--c", "x"]
+    after = ["--a", "1", "--b=3", "--new", "--c", "x"]
+    assert paths({"args": before}, {"args": after}) == [
+        {"path": "args", "flag": "--bare", "before": [None]},
+        {"path": "args", "flag": "--b", "before": ["2"], "after": ["3"]},
+        {"path": "args", "flag": "--new", "after": [None]},
+    ]
+    lines = diff._change_lines({"path": "args", "flag": "--new", "after": [None]})
+    assert lines == ["- `args`: `+ --new`"]
+    assert paths({"args": ["--a", "1", "--b"]}, {"args": ["--b", "--a", "1"]}) == \
+        [{"path": "args", "before": ["--a", "1", "--b"], "after": ["--b", "--a", "1"]}]
+
+
+def test_scalar_lists_show_membership_and_unnamed_lists_index():
+    assert paths({"dependsOn": ["u1", "u2"]}, {"dependsOn": ["u2", "u3"]}) == \
+        [{"path": "dependsOn", "before": "u1"}, {"path": "dependsOn", "after": "u3"}]
+    assert paths([{"k": 1}], [{"k": 2}, {"k": 3}]) == \
+        [{"path": "[0].k", "before": 1, "after": 2}, {"path": "[1]", "after": {"k": 3}}]
+
+
+def test_multiline_strings_render_as_a_unified_diff():
+    lines = diff._change_lines({"path": "data.script", "before": "a\nb\nc", "after": "a\nB\nc"})
+    assert lines[0] == "- `data.script`:" and "  -b" in lines and "  +B" in lines
