@@ -2,10 +2,13 @@
 import pulumi
 from pulumi.runtime import config as runtime_config
 
+from components.aws import GpuCluster, GpuClusterArgs, ModelStorage, ModelStorageArgs
 from components.cluster import Cluster, ClusterArgs
 from components.model_cache import ModelCache, ModelCacheArgs
+from components.platform import Addons, AddonsArgs
 from components.serving_graph import ServingGraph, ServingGraphArgs
-from kimi_k3 import planner
+from kimi_k3 import aws, manifests, planner
+from kimi_k3.addons import addon_specs
 from kimi_k3.config import ConfigError, parse_stack_config
 from kimi_k3.graph import build_graph, cache_size_gi
 
@@ -13,23 +16,63 @@ raw = runtime_config.CONFIG.get()
 try:  # validate everything before the first resource is registered
     cfg = parse_stack_config(raw, {k for k in raw if runtime_config.is_config_secret(k)})
     graph = build_graph(pulumi.get_stack(), cfg)
+    cache_gi = cache_size_gi(cfg, planner.checkpoint_bytes(planner.load_model_facts()))
+    eks_mode = cfg.cluster.mode == "eks"
+    storage_kind = cfg.storage.resolved_kind
+    if eks_mode:
+        gpu_plan = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes)
+        subnets = aws.subnet_plan(cfg)
+        aws.check_storage(cfg, cache_gi)
+    addons = addon_specs(cfg)
 except ConfigError as err:
     raise pulumi.RunError(str(err)) from None
 
 settings = pulumi.Config("kimi-k3")
-cluster = Cluster("kimi-k3-cluster", ClusterArgs(cfg.cluster, graph, settings.get_secret("kubeconfig")))
-in_cluster = pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[cluster.namespace])
-cache = ModelCache("kimi-k3-model-cache", ModelCacheArgs(
-    graph, settings.require_secret("hfToken"), cfg.storage.storage_class,
-    cache_size_gi(cfg, planner.checkpoint_bytes(planner.load_model_facts())),
-    cfg.model.download_image, cfg.model.hub_version), opts=in_cluster)
-serving = ServingGraph("kimi-k3-serving", ServingGraphArgs(graph, wait_for=[cluster.namespace, cache.download]),
-                       opts=in_cluster)
+eks = None
+if eks_mode:
+    eks = GpuCluster("kimi-k3-eks", GpuClusterArgs(cfg.cluster, gpu_plan, subnets, graph.platform.name))
+cluster = Cluster("kimi-k3-cluster", ClusterArgs(
+    cfg.cluster, graph, eks.kubeconfig if eks else settings.get_secret("kubeconfig")))
+k8s_only = pulumi.ResourceOptions(providers=[cluster.provider])
 
+# Controllers and the download Job run on the system nodes; nothing here waits for the GPU node group.
+system_nodes = [eks.system_nodes] if eks else []
+
+# Storage: a protected filesystem + static PV (eks), or an existing ReadWriteMany class.
+storage_class, storage_ready, storage = cfg.storage.storage_class, [], None
+if eks and storage_kind != "existing":
+    storage = ModelStorage("kimi-k3-storage", ModelStorageArgs(
+        cfg.storage, eks.cluster.name, eks.vpc.id, cfg.cluster.vpc_cidr, eks.gpu_subnet_id, eks.system_subnet_ids,
+        graph.namespace, manifests.NAMES["pvc"], "/" + cfg.model.repo, aws.pv_size_gi(cfg, cache_gi),
+        wait_for=system_nodes), provider=cluster.provider)
+    storage_class, storage_ready = storage.storage_class, storage.ready
+platform = Addons("kimi-k3-platform", AddonsArgs(addons, wait_for=system_nodes), opts=k8s_only)
+cache = ModelCache("kimi-k3-model-cache", ModelCacheArgs(
+    graph, settings.require_secret("hfToken"), storage_class, cache_gi,
+    cfg.model.download_image, cfg.model.hub_version),
+    opts=pulumi.ResourceOptions(providers=[cluster.provider],
+                                depends_on=[cluster.namespace, *storage_ready, *system_nodes]))
+# ComputeDomains and the graph need the DRA driver (ComputeDomain CRD, channel templates) and the Dynamo
+# operator (DGD CRD, webhooks); the graph's pods also need the GPU nodes.
+operators = [platform.releases[k] for k in ("draDriver", "dynamoPlatform") if k in platform.releases]
+serving = ServingGraph("kimi-k3-serving", ServingGraphArgs(
+    graph, wait_for=[cluster.namespace, cache.download, *operators, *([eks.gpu_nodes] if eks else [])]),
+    opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[cluster.namespace]))
+
+frontend = f"{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}"
 pulumi.export("namespace", graph.namespace)
-pulumi.export("frontendService", f"{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}")
+pulumi.export("frontendService", frontend)
+pulumi.export("frontendEndpoint", f"http://{frontend}/v1")
 pulumi.export("modelPath", graph.model_path)
 pulumi.export("gpus", graph.gpus)
 pulumi.export("nodes", graph.nodes)
 pulumi.export("roles", {r.key: {"component": r.component, "tp": r.tp, "nodesPerReplica": r.nodes_per_replica,
                                "replicas": r.replicas, "gpus": r.gpus, "nodes": r.nodes} for r in graph.roles})
+pulumi.export("addons", {a.key: {"chart": a.chart, "version": a.version, "installed": a.install} for a in addons})
+if eks:
+    pulumi.export("kubeconfig", eks.kubeconfig)  # secret
+    pulumi.export("clusterName", eks.cluster.name)
+    pulumi.export("gpuNodes", {"instanceType": gpu_plan.instance.name, "capacityType": gpu_plan.capacity_type,
+                               "nodes": gpu_plan.nodes, "reservationNodes": gpu_plan.max_nodes})
+if storage:
+    pulumi.export("filesystemId", storage.filesystem_id)

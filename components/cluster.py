@@ -16,9 +16,11 @@ from .kubernetes import register
 class ClusterArgs:
     def __init__(self, cluster: ClusterConfig, graph: ServingGraph, kubeconfig: Optional[pulumi.Input[str]] = None):
         """
-        :param cluster: `kimi-k3:cluster` — `existing` (kubeconfig/context) or `render` (YAML to a directory).
+        :param cluster: `kimi-k3:cluster` — `eks` (the GpuCluster's kubeconfig), `existing` (kubeconfig/context)
+            or `render` (YAML to a directory).
         :param graph: the serving graph; its namespace is created here.
-        :param kubeconfig: secret kubeconfig contents for `existing`; None uses $KUBECONFIG / ~/.kube/config.
+        :param kubeconfig: secret kubeconfig contents: the EKS cluster's in `eks` mode; for `existing`, the stack
+            secret, or None for $KUBECONFIG / ~/.kube/config.
         """
         self.cluster = cluster
         self.graph = graph
@@ -28,7 +30,9 @@ class ClusterArgs:
 class Cluster(pulumi.ComponentResource):
     """A Kubernetes provider for the selected cluster mode, plus the namespace everything lives in.
 
-    The EKS issue adds `mode: eks` here: it builds the cluster and hands over the same provider."""
+    Whatever the mode, the serving components receive the same seam: this provider (in `eks` mode built from the
+    GpuCluster's kubeconfig, so every Kubernetes resource waits for the control plane), a storage class and the
+    GPU node facts."""
 
     provider: k8s.Provider
     namespace: pulumi.CustomResource
@@ -39,8 +43,8 @@ class Cluster(pulumi.ComponentResource):
         if args.cluster.mode == "render":
             self.provider = k8s.Provider(f"{name}-provider", render_yaml_to_directory=args.cluster.render_dir, opts=child)
         else:
-            self.provider = k8s.Provider(f"{name}-provider", kubeconfig=args.kubeconfig,
-                                         context=args.cluster.context, opts=child)
+            context = args.cluster.context if args.cluster.mode == "existing" else None
+            self.provider = k8s.Provider(f"{name}-provider", kubeconfig=args.kubeconfig, context=context, opts=child)
         # Retained: deleting a namespace deletes the model-cache PVC inside it.
         self.namespace = register(f"{name}-namespace", manifests.namespace(args.graph), pulumi.ResourceOptions(
             parent=self, provider=self.provider, retain_on_delete=True))

@@ -38,23 +38,107 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
+class SystemNodesConfig(Strict):
+    """`kimi-k3:cluster.systemNodes`: the node group for controllers and the weights download Job (eks mode)."""
+
+    instance_type: str = Field("m7i.8xlarge", alias="instanceType",
+                               description="12.5 Gbps network: the download Job runs here, at ~1.2 GB/s")
+    ami_type: str = Field("AL2023_x86_64_STANDARD", alias="amiType")
+    count: int = Field(2, ge=1, le=50)
+    disk_gib: int = Field(200, alias="diskGiB", ge=20)
+
+
+class GpuNodesConfig(Strict):
+    """`kimi-k3:cluster.gpuNodes`: the GPU node group (eks mode). Its size comes from the recipe."""
+
+    instance_type: Optional[str] = Field(None, alias="instanceType",
+                                         description="default: p6e-<platform>.36xlarge for the recipe's platform")
+    ami_type: str = Field("AL2023_ARM_64_NVIDIA", alias="amiType")
+    capacity_type: Optional[Literal["CAPACITY_BLOCK", "ON_DEMAND"]] = Field(
+        None, alias="capacityType", description="default: CAPACITY_BLOCK for types sold only as Capacity Blocks")
+    capacity_reservation_id: Optional[str] = Field(None, alias="capacityReservationId", pattern=r"^cr-[0-9a-f]{8,17}$",
+                                                   description="the Capacity Block's reservation id (cr-...)")
+    availability_zone: str = Field("us-east-1-dfw-2a", alias="availabilityZone",
+                                   description="zone of the reservation (p6e-gb200 Capacity Blocks: Dallas Local Zone)")
+    ultra_server_nodes: Literal[9, 18] = Field(18, alias="ultraServerNodes",
+                                               description="instances per UltraServer: 9 (x36) or 18 (x72)")
+    reservation_nodes: Optional[int] = Field(None, alias="reservationNodes", ge=1,
+                                             description="instances in the reservation; default: one UltraServer")
+    root_volume_gib: int = Field(200, alias="rootVolumeGiB", ge=50)
+
+
 class ClusterConfig(Strict):
     """`kimi-k3:cluster`: where the Kubernetes objects go."""
 
-    mode: Literal["existing", "render"] = Field(
-        "render", description="`existing`: a cluster from kubeconfig/context; `render`: write YAML to renderDir, no cluster")
+    mode: Literal["eks", "existing", "render"] = Field(
+        "render", description="`eks`: build VPC, EKS, node groups, storage and add-ons on AWS; "
+        "`existing`: a cluster from kubeconfig/context; `render`: write YAML to renderDir, no cluster")
     context: Optional[str] = Field(None, description="kubeconfig context (existing mode); the kubeconfig itself is the secret `kimi-k3:kubeconfig` or $KUBECONFIG")
     render_dir: str = Field("rendered", alias="renderDir", description="directory for manifests in render mode")
+    efa_devices_per_node: Optional[int] = Field(None, alias="efaDevicesPerNode", ge=0,
+                                                description="existing/render: EFA devices per GPU node (eks mode: from the instance type)")
+    region: str = Field("us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    kubernetes_version: str = Field("1.34", alias="kubernetesVersion", pattern=r"^1\.\d+$")
+    vpc_cidr: str = Field("10.64.0.0/16", alias="vpcCidr", pattern=r"^\d+\.\d+\.\d+\.\d+/16$")
+    availability_zones: list[str] = Field(["us-east-1a", "us-east-1b"], alias="availabilityZones", min_length=2, max_length=3,
+                                          description="zones of the control plane and system nodes (EKS needs two)")
+    admin_principal_arns: list[str] = Field(default_factory=list, alias="adminPrincipalArns",
+                                            description="IAM principals given cluster-admin access entries")
+    system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig, alias="systemNodes")
+    gpu_nodes: GpuNodesConfig = Field(default_factory=GpuNodesConfig, alias="gpuNodes")
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _dra_ga(cls, v: str) -> str:
+        if int(v.split(".")[1]) < 34:
+            raise ValueError(f"Kubernetes {v} has no resource.k8s.io/v1 (DRA GA); allowed: 1.34 or later")
+        return v
+
+
+class FsxConfig(Strict):
+    """`kimi-k3:storage.fsx`: the FSx for Lustre PERSISTENT_2 filesystem of the model cache."""
+
+    storage_capacity_gib: int = Field(4800, alias="storageCapacityGiB", ge=1200,
+                                      description="1200 or a multiple of 2400 GiB")
+    per_unit_storage_throughput: Literal[125, 250, 500, 1000] = Field(1000, alias="perUnitStorageThroughput",
+                                                                      description="MB/s per TiB")
+    efa_enabled: bool = Field(True, alias="efaEnabled", description="EFA + GPUDirect Storage clients (Lustre 2.15)")
+    file_system_type_version: str = Field("2.15", alias="fileSystemTypeVersion")
+    s3_import_path: Optional[str] = Field(None, alias="s3ImportPath", pattern=r"^s3://[a-z0-9.-]{3,63}(/.*)?$",
+                                          description="s3://bucket/prefix holding pre-staged weights (data repository association)")
+    availability_zone: Optional[str] = Field(None, alias="availabilityZone",
+                                             description="default: the GPU nodes' zone")
+
+    @field_validator("storage_capacity_gib")
+    @classmethod
+    def _size(cls, v: int) -> int:
+        if v != 1200 and v % 2400:
+            raise ValueError(f"{v} GiB is not a PERSISTENT_2 size; allowed: 1200 or a multiple of 2400 (2400, 4800, ...)")
+        return v
+
+
+class EfsConfig(Strict):
+    """`kimi-k3:storage.efs`: an EFS filesystem (smaller setup, ~1.5 GB/s per client: slow for 1.5 TB)."""
+
+    throughput_mode: Literal["elastic", "bursting"] = Field("elastic", alias="throughputMode")
+
+
+STORAGE_KINDS = ("fsx-lustre", "efs", "existing")
 
 
 class StorageConfig(Strict):
     """`kimi-k3:storage`: the ReadWriteMany volume that caches the checkpoint."""
 
-    storage_class: str = Field(alias="storageClass", pattern=DNS_LABEL.replace("{0,61}", "{0,252}"),
-                               description="StorageClass of the model-cache PVC; must support ReadWriteMany")
+    kind: Optional[Literal["fsx-lustre", "efs", "existing"]] = Field(
+        None, description="fsx-lustre (default in eks mode), efs, or existing (a storageClass); "
+        "default: existing when storageClass is set")
+    storage_class: Optional[str] = Field(None, alias="storageClass", pattern=DNS_LABEL.replace("{0,61}", "{0,252}"),
+                                         description="StorageClass of the model-cache PVC (kind existing); must support ReadWriteMany")
     provisioner: Optional[str] = Field(None, description="the class's provisioner, when known, to reject block storage")
     size_gi: Optional[int] = Field(None, alias="sizeGi", ge=1, description="PVC size; default: checkpoint size plus headroom")
     headroom_percent: int = Field(25, alias="headroomPercent", ge=0, le=400, description="space over the checkpoint size for partial downloads and metadata")
+    fsx: FsxConfig = Field(default_factory=FsxConfig)
+    efs: EfsConfig = Field(default_factory=EfsConfig)
 
     @model_validator(mode="after")
     def _rwx_capable(self) -> "StorageConfig":
@@ -64,6 +148,35 @@ class StorageConfig(Strict):
                 f"storage class {self.storage_class!r} is not ReadWriteMany-capable ({what} is block storage); "
                 "use a shared filesystem class (FSx for Lustre, EFS, Filestore, Azure Files, NFS)")
         return self
+
+    @property
+    def resolved_kind(self) -> str:
+        return self.kind or ("existing" if self.storage_class else "fsx-lustre")
+
+
+class AddonConfig(Strict):
+    """`kimi-k3:platform.<addon>`: install it (a helm release) or assume it present; its pinned chart version."""
+
+    install: Optional[bool] = Field(None, description="default: true in eks mode, false otherwise (assumed present)")
+    version: Optional[str] = Field(None, pattern=r"^v?\d+\.\d+\.\d+([-+][\w.]+)?$",
+                                   description="chart version; default: recipes/addons.yaml")
+    values: dict[str, Any] = Field(default_factory=dict, description="deep-merged over recipes/addons.yaml values")
+
+
+class PlatformConfig(Strict):
+    """`kimi-k3:platform`: the GPU/DRA/Dynamo add-ons the serving graph needs."""
+
+    gpu_operator: AddonConfig = Field(default_factory=AddonConfig, alias="gpuOperator")
+    efa_device_plugin: AddonConfig = Field(default_factory=AddonConfig, alias="efaDevicePlugin")
+    dra_driver: AddonConfig = Field(default_factory=AddonConfig, alias="draDriver")
+    dynamo_platform: AddonConfig = Field(default_factory=AddonConfig, alias="dynamoPlatform")
+
+
+class EstimatesConfig(Strict):
+    """`kimi-k3:estimates`: overrides of recipes/durations.yaml for the critical-path report."""
+
+    download_gbps: Optional[float] = Field(None, alias="downloadGbps", gt=0, description="Hugging Face download, GB/s")
+    seconds: dict[str, float] = Field(default_factory=dict, description="per-key duration overrides")
 
 
 class ModelConfig(Strict):
@@ -136,12 +249,20 @@ class StackConfig(Strict):
 
     recipe: Literal["gb200", "gb200-disagg", "gb300", "gb300-disagg"]
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    storage: StorageConfig
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    platform: PlatformConfig = Field(default_factory=PlatformConfig)
+    estimates: EstimatesConfig = Field(default_factory=EstimatesConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     serving: ServingConfig = Field(default_factory=ServingConfig)
     pricing: Optional[PricingConfig] = None
     hf_token_set: bool = Field(False, alias="hfToken")
     kubeconfig_set: bool = Field(False, alias="kubeconfig")
+
+
+def addon_key(field_name: str) -> str:
+    """python field name -> the config key: gpu_operator -> gpuOperator."""
+    head, *rest = field_name.split("_")
+    return head + "".join(p.title() for p in rest)
 
 
 def _key_of(loc: tuple[Any, ...]) -> str:
@@ -164,6 +285,22 @@ def format_validation_error(err: ValidationError) -> str:
         else:
             lines.append(f"{key} = {json.dumps(e.get('input'), default=str)}: {msg}")
     return "invalid stack configuration:\n  " + "\n  ".join(lines)
+
+
+def check_modes(cfg: StackConfig) -> None:
+    """Cross-key rules: storage kind and add-on installs that the cluster mode can honour."""
+    kind, mode = cfg.storage.resolved_kind, cfg.cluster.mode
+    if kind == "existing" and not cfg.storage.storage_class:
+        raise ConfigError("kimi-k3:storage.storageClass: required when kimi-k3:storage.kind is existing; "
+                          "allowed: the name of a ReadWriteMany StorageClass")
+    if kind != "existing" and mode != "eks":
+        raise ConfigError(f"kimi-k3:storage.kind = {kind!r}: created by this program only in kimi-k3:cluster.mode eks "
+                          f"(mode is {mode!r}); allowed here: existing, with kimi-k3:storage.storageClass")
+    if mode == "render":
+        for key, addon in cfg.platform:
+            if addon.install:
+                raise ConfigError(f"kimi-k3:platform.{addon_key(key)}.install = true: helm releases need a cluster; "
+                                  "allowed in render mode: false (the add-on is assumed present)")
 
 
 def parse_stack_config(raw: dict[str, Any], secret_keys: set[str]) -> StackConfig:
@@ -191,6 +328,7 @@ def parse_stack_config(raw: dict[str, Any], secret_keys: set[str]) -> StackConfi
         cfg = StackConfig.model_validate(fields)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err)) from None
+    check_modes(cfg)
     if not cfg.hf_token_set:
         raise ConfigError(
             f"{NAMESPACE}:hfToken: required but not set; run `pulumi config set --secret {NAMESPACE}:hfToken hf_...` "

@@ -1,6 +1,7 @@
 """The serving graph: recipe data + stack overrides -> roles, TP, nodes, flags, env (pure, no Pulumi)."""
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import Field, ValidationError
 
+from .aws import efa_devices_per_node
 from .planner import Platform, load_platforms, memory_fit
 from .config import (
     ConfigError, FlagValue, Quantity, StackConfig, Strict, format_validation_error,
@@ -65,6 +67,9 @@ class Recipe(Strict):
     max_model_len: int = Field(alias="maxModelLen", ge=1)
     kv_cache_dtype: Literal["fp8", "bf16", "auto"] = Field(alias="kvCacheDtype")
     kv_events_port: int = Field(alias="kvEventsPort", ge=1024, le=65535)
+    # How disaggregated KV moves between prefill and decode: `nvlink` (NIXL default UCX backend, cuda_ipc over MNNVL)
+    # or `efa` (NIXL LIBFABRIC backend, workers request the node's EFA devices; only where nodes have EFA).
+    kv_transport: Literal["nvlink", "efa"] = Field("nvlink", alias="kvTransport")
     frontend: FrontendRecipe
     worker: WorkerRecipe
     roles: dict[str, RoleRecipe]
@@ -91,6 +96,7 @@ class Role:
     args: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     pod_annotations: tuple[tuple[str, str], ...]
+    efa_devices: int = 0          # vpc.amazonaws.com/efa per pod (KV transport over EFA), 0 = none
 
     @property
     def gpus(self) -> int:
@@ -263,9 +269,24 @@ def _check_fits(key: str, platform: str, tp: int, util: float, kv_dtype: str, ma
         raise ConfigError(f"kimi-k3:serving.roles.{key}.tp = {tp}: {why}; use a larger TP")
 
 
+def _kv_over_efa(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+    """Select NIXL's LIBFABRIC backend in --kv-transfer-config (over EFA, UCX would fall back to TCP)."""
+    raw = flags.get("--kv-transfer-config")
+    if not isinstance(raw, str):
+        return flags
+    conf = json.loads(raw)
+    if conf.get("kv_connector") != "NixlConnector":
+        return flags
+    extra = dict(conf.get("kv_connector_extra_config") or {})
+    extra["backends"] = ["LIBFABRIC"]
+    conf["kv_connector_extra_config"] = extra
+    return {**flags, "--kv-transfer-config": json.dumps(conf, separators=(",", ":"))}
+
+
 def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     recipe = load_recipe(cfg.recipe)
     platform = load_platforms()[recipe.platform]
+    efa = efa_devices_per_node(cfg, platform.name) if recipe.kv_transport == "efa" else 0
     unknown = sorted(set(cfg.serving.roles) - set(recipe.roles))
     if unknown:
         raise ConfigError(f"kimi-k3:serving.roles.{unknown[0]}: no such role in recipe {cfg.recipe}; "
@@ -298,6 +319,8 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             '{"publisher":"zmq","topic":"kv-events","endpoint":"tcp://*:%d","enable_kv_cache_events":true}'
             % recipe.kv_events_port)} if rr.publishes_kv_events else {}
         flags = merge(merge(merge(merge(typed, recipe.worker.args), rr.args), events), extra)
+        if efa:
+            flags = _kv_over_efa(flags)
         env = merge(merge(merge(base_env, recipe.worker.env), rr.env), over.env if over else {})
         roles.append(Role(
             key=key, component=rr.component, type=rr.type, tp=tp, gpus_per_node=platform.gpus_per_node,
@@ -307,6 +330,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             publishes_kv_events=rr.publishes_kv_events, cpu=rr.cpu, memory=rr.memory,
             args=flag_list(flags), env=tuple(env.items()),
             pod_annotations=tuple(sorted(recipe.worker.pod_annotations.items())),
+            efa_devices=efa,
         ))
     fe = cfg.serving.frontend
     _check_overridable(fe.extra_args, DERIVED_FRONTEND_FLAGS, "kimi-k3:serving.frontend.extraArgs")

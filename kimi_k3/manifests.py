@@ -9,7 +9,8 @@ from .graph import Role, ServingGraph
 
 PART_OF = {"app.kubernetes.io/part-of": "kimi-k3"}
 NVLINK_GROUP_LABEL = "kimi-k3.io/nvlink-group"
-CLIQUE_KEY = "nvidia.com/gpu.clique"      # NVLink clique label set by GPU feature discovery
+CLIQUE_KEY = "nvidia.com/gpu.clique"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"      # NVLink clique label set by GPU feature discovery
 CHANNEL_CLAIM = "compute-domain-channel"
 CACHE_VOLUME = "model-cache"
 HEALTH_PORT = 9090                         # Dynamo system server (/health), as upstream probes it
@@ -128,11 +129,13 @@ def compute_domain(graph: ServingGraph, role: Role) -> Obj:
     }
 
 
-def _resources(gpus: int | None, cpu: str | None, memory: str | None) -> Obj:
+def _resources(gpus: int | None, cpu: str | None, memory: str | None, efa: int = 0) -> Obj:
     requests: Obj = {}
     limits: Obj = {}
     if gpus:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
+    if efa:  # KV transfer over EFA (NIXL LIBFABRIC): the node's EFA devices, from the EFA device plugin
+        requests[EFA_RESOURCE] = limits[EFA_RESOURCE] = str(efa)
     if cpu:
         requests["cpu"] = cpu
     if memory:
@@ -165,7 +168,8 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
     container = {
         "name": "main", "image": graph.image,
         "command": ["python3", "-m", "dynamo.vllm"], "args": list(role.args), "env": _env(role.env),
-        "resources": {**_resources(role.gpus_per_node, role.cpu, role.memory), "claims": [{"name": CHANNEL_CLAIM}]},
+        "resources": {**_resources(role.gpus_per_node, role.cpu, role.memory, role.efa_devices),
+                      "claims": [{"name": CHANNEL_CLAIM}]},
         "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, "readOnly": True}],
         "startupProbe": {
             "httpGet": {"path": "/health", "port": HEALTH_PORT},

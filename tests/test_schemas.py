@@ -52,7 +52,9 @@ def test_crd_validation_rejects_what_the_api_server_rejects(rendered, crd_valida
 @pytest.mark.parametrize("stack", STACKS)
 def test_core_objects_validate_against_kubernetes_schemas(stack, rendered):
     core = [o for o in rendered[stack].objects if o["kind"] not in ("ComputeDomain", "DynamoGraphDeployment")]
-    assert {o["kind"] for o in core} == {"Namespace", "Secret", "ConfigMap", "PersistentVolumeClaim", "Job"}
+    # eks stacks add the static PersistentVolume that binds the cache to the protected FSx filesystem
+    assert {o["kind"] for o in core} == {"Namespace", "Secret", "ConfigMap", "PersistentVolumeClaim", "Job",
+                                         "PersistentVolume"}
     for obj in core:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 

@@ -1,0 +1,155 @@
+"""GpuCluster: VPC, EKS control plane, access entries, the system node group and the GPU node group."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import pulumi
+import pulumi_aws as aws
+
+from kimi_k3 import aws as spec
+from kimi_k3.config import ClusterConfig
+
+EKS_POLICIES = ("AmazonEKSClusterPolicy",)
+NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly",
+                 "AmazonSSMManagedInstanceCore")
+ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+
+
+def _assume(service: str) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}]})
+
+
+class GpuClusterArgs:
+    def __init__(self, cluster: ClusterConfig, gpu: spec.GpuNodePlan, subnets: list[spec.SubnetPlan],
+                 platform: str, tags: Optional[dict[str, str]] = None):
+        """
+        :param cluster: `kimi-k3:cluster` (region, Kubernetes version, zones, VPC CIDR, node groups, admins).
+        :param gpu: the validated GPU node plan (instance facts, capacity type, reservation, node count).
+        :param subnets: the subnet layout (kimi_k3.aws.subnet_plan): private per zone, the GPU zone, public for NAT.
+        :param platform: gb200 or gb300, for node labels.
+        :param tags: tags on every AWS resource.
+        """
+        self.cluster = cluster
+        self.gpu = gpu
+        self.subnets = subnets
+        self.platform = platform
+        self.tags = tags or {}
+
+
+class GpuCluster(pulumi.ComponentResource):
+    """An EKS cluster at Kubernetes 1.34+ (DRA GA) with a GB200/GB300 node group on a Capacity Block.
+
+    The GPU node group is plain `aws.eks.NodeGroup` + its own launch template (pulumi_eks classifies p6e-gb200 as
+    x86_64 and lacks AL2023_ARM_64_NVIDIA): EFA interface layout of the instance type, capacity-block market type
+    and reservation targeting, no placement group, GPU taint and labels, bootstrap that disables host nvidia-imex."""
+
+    kubeconfig: pulumi.Output[str]
+    cluster: aws.eks.Cluster
+    system_nodes: aws.eks.NodeGroup
+    gpu_nodes: aws.eks.NodeGroup
+
+    def __init__(self, name: str, args: GpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("kimi-k3:aws:GpuCluster", name, None, opts)
+        c, tags = args.cluster, {"kimi-k3/stack": pulumi.get_stack(), **args.tags}
+
+        def child(*depends: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, depends_on=list(depends))
+
+        # --- network: private subnets for nodes, NAT for egress, S3 gateway endpoint for weights and images ---
+        self.vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=c.vpc_cidr, enable_dns_hostnames=True, enable_dns_support=True,
+                               tags={**tags, "Name": f"{name}-vpc"}, opts=child())
+        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child())
+        subnets = {}
+        for s in args.subnets:
+            role_tag = {"kubernetes.io/role/elb": "1"} if s.public else {"kubernetes.io/role/internal-elb": "1"}
+            subnets[s.name] = aws.ec2.Subnet(
+                f"{name}-{s.name}", vpc_id=self.vpc.id, cidr_block=s.cidr, availability_zone=s.zone,
+                map_public_ip_on_launch=s.public, tags={**tags, **role_tag, "Name": f"{name}-{s.name}"}, opts=child())
+        public = [s for s in args.subnets if s.public]
+        private = [s for s in args.subnets if not s.public]
+        public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=self.vpc.id, routes=[
+            {"cidr_block": "0.0.0.0/0", "gateway_id": igw.id}], tags=tags, opts=child())
+        for s in public:
+            aws.ec2.RouteTableAssociation(f"{name}-{s.name}-rta", subnet_id=subnets[s.name].id,
+                                          route_table_id=public_rt.id, opts=child())
+        eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags=tags, opts=child())
+        nat = aws.ec2.NatGateway(f"{name}-nat", allocation_id=eip.id, subnet_id=subnets[public[0].name].id,
+                                 tags=tags, opts=child(igw))
+        private_rt = aws.ec2.RouteTable(f"{name}-private-rt", vpc_id=self.vpc.id, routes=[
+            {"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}], tags=tags, opts=child())
+        for s in private:
+            aws.ec2.RouteTableAssociation(f"{name}-{s.name}-rta", subnet_id=subnets[s.name].id,
+                                          route_table_id=private_rt.id, opts=child())
+        aws.ec2.VpcEndpoint(f"{name}-s3-endpoint", vpc_id=self.vpc.id, service_name=f"com.amazonaws.{c.region}.s3",
+                            vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id], tags=tags, opts=child())
+        self.system_subnet_ids = [subnets[s.name].id for s in private if s.role == "system"]
+        gpu_subnet = next((s for s in private if s.zone == args.gpu.availability_zone))
+        self.gpu_subnet_id = subnets[gpu_subnet.name].id
+        self.private_subnet_ids = [subnets[s.name].id for s in private]
+
+        # --- control plane ---
+        cluster_role = aws.iam.Role(f"{name}-cluster-role", assume_role_policy=_assume("eks.amazonaws.com"),
+                                    tags=tags, opts=child())
+        attachments = [aws.iam.RolePolicyAttachment(
+            f"{name}-cluster-{p}", role=cluster_role.name, policy_arn=f"arn:aws:iam::aws:policy/{p}", opts=child())
+            for p in EKS_POLICIES]
+        self.cluster = aws.eks.Cluster(
+            f"{name}-eks", version=c.kubernetes_version, role_arn=cluster_role.arn,
+            vpc_config={"subnet_ids": self.system_subnet_ids, "endpoint_private_access": True,
+                        "endpoint_public_access": True},
+            access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
+            enabled_cluster_log_types=["api", "audit", "authenticator"], tags=tags, opts=child(*attachments))
+        for i, arn in enumerate(c.admin_principal_arns):
+            entry = aws.eks.AccessEntry(f"{name}-admin-{i}", cluster_name=self.cluster.name, principal_arn=arn,
+                                        type="STANDARD", opts=child())
+            aws.eks.AccessPolicyAssociation(f"{name}-admin-{i}-policy", cluster_name=self.cluster.name,
+                                            principal_arn=arn, policy_arn=ADMIN_POLICY,
+                                            access_scope={"type": "cluster"}, opts=child(entry))
+        cluster_sg = self.cluster.vpc_config.cluster_security_group_id
+        self.node_security_group_id = cluster_sg
+
+        # --- nodes ---
+        node_role = aws.iam.Role(f"{name}-node-role", assume_role_policy=_assume("ec2.amazonaws.com"), tags=tags,
+                                 opts=child())
+        node_policies = [aws.iam.RolePolicyAttachment(
+            f"{name}-node-{p}", role=node_role.name, policy_arn=f"arn:aws:iam::aws:policy/{p}", opts=child())
+            for p in NODE_POLICIES]
+        sysn = c.system_nodes
+        self.system_nodes = aws.eks.NodeGroup(
+            f"{name}-system-nodes", cluster_name=self.cluster.name, node_role_arn=node_role.arn,
+            subnet_ids=self.system_subnet_ids, ami_type=sysn.ami_type, capacity_type="ON_DEMAND",
+            instance_types=[sysn.instance_type], disk_size=sysn.disk_gib,
+            scaling_config={"desired_size": sysn.count, "min_size": sysn.count, "max_size": sysn.count + 2},
+            labels=spec.SYSTEM_LABELS, tags=tags, opts=child(*node_policies))
+
+        # EFA needs all traffic between the interfaces allowed by a self-referencing security group.
+        efa_sg = aws.ec2.SecurityGroup(
+            f"{name}-efa-sg", vpc_id=self.vpc.id, description="EFA: all traffic within the GPU nodes",
+            ingress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
+            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True},
+                    {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
+            tags=tags, opts=child())
+        gpu = args.gpu
+        self.gpu_launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-gpu-lt", description=f"kimi-k3 {gpu.instance.name} ({gpu.capacity_type})",
+            **spec.gpu_launch_template(gpu, [cluster_sg, efa_sg.id], c.gpu_nodes.root_volume_gib,
+                                       {**tags, "Name": f"{name}-gpu"}),
+            tags=tags, opts=child())
+        self.gpu_nodes = aws.eks.NodeGroup(
+            f"{name}-gpu-nodes", cluster_name=self.cluster.name, node_role_arn=node_role.arn,
+            subnet_ids=[self.gpu_subnet_id], ami_type=gpu.ami_type, capacity_type=gpu.capacity_type,
+            launch_template={"id": self.gpu_launch_template.id,
+                             "version": self.gpu_launch_template.latest_version.apply(str)},
+            scaling_config={"desired_size": gpu.nodes, "min_size": 0, "max_size": gpu.max_nodes},
+            # Capacity Block node groups must be scaled to 0 before an upgrade (EKS capacity-blocks-mng).
+            update_config={"max_unavailable": 1},
+            labels=spec.gpu_node_labels(args.platform), taints=[spec.GPU_TAINT], tags=tags,
+            opts=child(*node_policies))
+
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
+            self.cluster.name, self.cluster.endpoint, self.cluster.certificate_authority.data).apply(
+            lambda a: spec.kubeconfig(a[0], a[1], a[2], c.region)))
+        self.register_outputs({"clusterName": self.cluster.name, "kubeconfig": self.kubeconfig,
+                               "vpcId": self.vpc.id, "gpuNodeGroup": self.gpu_nodes.node_group_name})

@@ -1,0 +1,319 @@
+"""The AWS side of `kimi-k3:cluster.mode: eks`, as pure data: instance facts, the GPU node plan, launch template,
+node bootstrap, subnets and model storage. Components in components/aws/ only register what these return.
+
+Every check here runs before the first resource is registered and fails with a ConfigError naming the key, the
+value and what is allowed.
+"""
+from __future__ import annotations
+
+import base64
+import ipaddress
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from .config import ConfigError, StackConfig
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+NODE_ROLE_LABEL = "kimi-k3.io/node-role"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+GPU_KEY = "kimi-k3:cluster.gpuNodes"
+
+
+@dataclass(frozen=True)
+class EfaLayout:
+    primary_card: int
+    efa_only_cards: tuple[int, ...]
+
+    @property
+    def devices(self) -> int:
+        return len(self.efa_only_cards)
+
+
+@dataclass(frozen=True)
+class InstanceFacts:
+    name: str
+    platform: str
+    arch: str
+    gpus: int
+    capacity_block_only: bool
+    ultraserver_nodes: tuple[int, ...]
+    efa: EfaLayout
+
+
+@dataclass(frozen=True)
+class AwsFacts:
+    kubernetes_version: str
+    ami_types: dict[str, str]
+    instance_types: dict[str, InstanceFacts]
+    fsx_small_size_gib: int
+    fsx_size_step_gib: int
+
+
+@lru_cache(maxsize=None)
+def load_aws_facts() -> AwsFacts:
+    raw = yaml.safe_load((RECIPES / "aws.yaml").read_text())
+    types = {
+        name: InstanceFacts(name=name, platform=t["platform"], arch=t["arch"], gpus=t["gpus"],
+                            capacity_block_only=t["capacity_block_only"],
+                            ultraserver_nodes=tuple(t["ultraserver_nodes"]),
+                            efa=EfaLayout(t["efa"]["primary_card"], tuple(t["efa"]["efa_only_cards"])))
+        for name, t in raw["instance_types"].items()
+    }
+    fsx = raw["fsx_persistent_2"]
+    return AwsFacts(kubernetes_version=raw["kubernetes_version"], ami_types=dict(raw["ami_types"]),
+                    instance_types=types, fsx_small_size_gib=fsx["small_size_gib"], fsx_size_step_gib=fsx["size_step_gib"])
+
+
+def default_instance_type(platform: str) -> str:
+    return f"p6e-{platform}.36xlarge"
+
+
+def gpu_instance_type(cfg: StackConfig, platform: str) -> str:
+    return cfg.cluster.gpu_nodes.instance_type or default_instance_type(platform)
+
+
+def efa_devices_per_node(cfg: StackConfig, platform: str) -> int:
+    """EFA devices each GPU node offers: from the instance type in eks mode, from config otherwise (0 = none)."""
+    if cfg.cluster.mode != "eks":
+        return cfg.cluster.efa_devices_per_node or 0
+    facts = load_aws_facts().instance_types.get(gpu_instance_type(cfg, platform))
+    return facts.efa.devices if facts else 0
+
+
+@dataclass(frozen=True)
+class GpuNodePlan:
+    """The GPU node group, checked against the recipe, the UltraServer and the reservation."""
+
+    instance: InstanceFacts
+    ami_type: str
+    capacity_type: str
+    reservation_id: Optional[str]
+    availability_zone: str
+    nodes: int                  # what the recipe needs: the node group's desired size
+    max_nodes: int              # what the reservation holds
+    ultra_server_nodes: Optional[int]
+
+    @property
+    def capacity_block(self) -> bool:
+        return self.capacity_type == "CAPACITY_BLOCK"
+
+
+def gpu_node_plan(cfg: StackConfig, platform: str, nodes: int) -> GpuNodePlan:
+    """Validate `kimi-k3:cluster.gpuNodes` for a recipe that needs `nodes` GPU nodes of `platform`."""
+    facts = load_aws_facts()
+    g = cfg.cluster.gpu_nodes
+    itype = gpu_instance_type(cfg, platform)
+    if g.ami_type not in facts.ami_types:
+        raise ConfigError(f"{GPU_KEY}.amiType = {g.ami_type!r}: unknown AMI type; allowed: "
+                          f"{', '.join(sorted(k for k in facts.ami_types if 'NVIDIA' in k))}")
+    inst = facts.instance_types.get(itype)
+    if inst is None:
+        raise ConfigError(f"{GPU_KEY}.instanceType = {itype!r}: no facts for this instance type in recipes/aws.yaml; "
+                          f"allowed: {', '.join(sorted(facts.instance_types))}")
+    ami_arch = facts.ami_types[g.ami_type]
+    if inst.arch != ami_arch:
+        fitting = sorted(n for n, f in facts.instance_types.items() if f.arch == ami_arch)
+        raise ConfigError(f"{GPU_KEY}.instanceType = {itype!r}: an {inst.arch} instance, but amiType {g.ami_type} is "
+                          f"{ami_arch}; allowed with this AMI: {', '.join(fitting)}")
+    if inst.platform != platform:
+        fitting = sorted(n for n, f in facts.instance_types.items() if f.platform == platform)
+        raise ConfigError(f"{GPU_KEY}.instanceType = {itype!r}: has {inst.platform} GPUs but recipe {cfg.recipe} runs on "
+                          f"{platform}; allowed: {', '.join(fitting)}")
+    capacity = g.capacity_type or ("CAPACITY_BLOCK" if inst.capacity_block_only else "ON_DEMAND")
+    if inst.capacity_block_only and capacity != "CAPACITY_BLOCK":
+        raise ConfigError(f"{GPU_KEY}.capacityType = {capacity!r}: {itype} is sold only as EC2 Capacity Blocks; "
+                          "allowed: CAPACITY_BLOCK")
+    if capacity == "CAPACITY_BLOCK" and not g.capacity_reservation_id:
+        raise ConfigError(f"{GPU_KEY}.capacityReservationId: required for capacityType CAPACITY_BLOCK ({itype}); "
+                          "allowed: the Capacity Block's reservation id, e.g. cr-0123456789abcdef0 "
+                          "(aws ec2 describe-capacity-reservations)")
+    ultra = None
+    if inst.ultraserver_nodes:
+        ultra = g.ultra_server_nodes
+        if ultra not in inst.ultraserver_nodes:
+            raise ConfigError(f"{GPU_KEY}.ultraServerNodes = {ultra}: {itype} UltraServers hold "
+                              f"{' or '.join(map(str, inst.ultraserver_nodes))} instances")
+        if nodes > ultra:
+            bigger = [n for n in inst.ultraserver_nodes if n >= nodes]
+            allowed = f"{bigger[0]}" if bigger else f"none: at most {max(inst.ultraserver_nodes)} nodes share one NVLink domain"
+            raise ConfigError(f"{GPU_KEY}.ultraServerNodes = {ultra}: recipe {cfg.recipe} needs {nodes} GPU nodes, more than "
+                              f"one UltraServer holds; allowed: {allowed} (or fewer replicas in kimi-k3:serving)")
+    reservation = g.reservation_nodes or (ultra if capacity == "CAPACITY_BLOCK" and ultra else nodes)
+    if nodes > reservation:
+        raise ConfigError(f"{GPU_KEY}.reservationNodes = {reservation}: recipe {cfg.recipe} needs {nodes} GPU nodes, more "
+                          f"than the reservation holds; allowed: >= {nodes} (buy a larger Capacity Block or reduce replicas)")
+    return GpuNodePlan(instance=inst, ami_type=g.ami_type, capacity_type=capacity,
+                       reservation_id=g.capacity_reservation_id, availability_zone=g.availability_zone,
+                       nodes=nodes, max_nodes=reservation, ultra_server_nodes=ultra)
+
+
+# --- node bootstrap ------------------------------------------------------------------------------------------------
+
+USER_DATA_BOUNDARY = "KIMIK3BOUNDARY"
+
+
+def gpu_node_user_data() -> str:
+    """AL2023 user data (MIME multipart, merged by EKS with its own NodeConfig for a managed node group).
+
+    - NodeConfig: RAID0 over the instance-store NVMe drives for containerd and kubelet (EKS UltraServer guide).
+    - Script: disable the host nvidia-imex service, which otherwise holds the driver's IMEX session so the DRA
+      driver's ComputeDomain daemon never gets ready (REFERENCE.md; NVIDIA aicr recipes). cloud-init runs scripts
+      before nodeadm starts kubelet, so no pod can land before the service is gone.
+    """
+    b = USER_DATA_BOUNDARY
+    return (
+        "MIME-Version: 1.0\n"
+        f'Content-Type: multipart/mixed; boundary="{b}"\n'
+        "\n"
+        f"--{b}\n"
+        "Content-Type: application/node.eks.aws\n"
+        "\n"
+        "---\n"
+        "apiVersion: node.eks.aws/v1alpha1\n"
+        "kind: NodeConfig\n"
+        "spec:\n"
+        "  instance:\n"
+        "    localStorage:\n"
+        "      strategy: RAID0\n"
+        "\n"
+        f"--{b}\n"
+        'Content-Type: text/x-shellscript; charset="us-ascii"\n'
+        "\n"
+        "#!/bin/bash\n"
+        "set -euo pipefail\n"
+        "# ComputeDomains run their own IMEX daemon (NVIDIA DRA driver); the host service must not hold the session.\n"
+        "systemctl disable --now nvidia-imex.service || true\n"
+        "systemctl mask nvidia-imex.service\n"
+        "\n"
+        f"--{b}--\n"
+    )
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def network_interfaces(layout: EfaLayout, security_group_ids: list[Any]) -> list[dict[str, Any]]:
+    """Launch template interfaces: ENA primary on card 0, one EFA-only interface (device 0) on each EFA card."""
+    primary = {"network_card_index": layout.primary_card, "device_index": 0, "interface_type": "interface",
+               "security_groups": security_group_ids, "delete_on_termination": "true"}
+    efa = [{"network_card_index": card, "device_index": 0, "interface_type": "efa-only",
+            "security_groups": security_group_ids, "delete_on_termination": "true"} for card in layout.efa_only_cards]
+    return [primary] + efa
+
+
+def gpu_launch_template(plan: GpuNodePlan, security_group_ids: list[Any], root_volume_gib: int,
+                        tags: dict[str, str]) -> dict[str, Any]:
+    """kwargs of aws.ec2.LaunchTemplate for the GPU node group. No placement group: Capacity Blocks place
+    UltraServer instances themselves, and EKS rejects a placement group with capacity-block market type."""
+    lt: dict[str, Any] = {
+        "instance_type": plan.instance.name,
+        "user_data": b64(gpu_node_user_data()),
+        "network_interfaces": network_interfaces(plan.instance.efa, security_group_ids),
+        "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": {
+            "volume_size": root_volume_gib, "volume_type": "gp3", "delete_on_termination": "true", "encrypted": "true"}}],
+        "metadata_options": {"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 2},
+        "tag_specifications": [{"resource_type": "instance", "tags": tags}],
+        "update_default_version": True,
+    }
+    if plan.reservation_id:
+        lt["capacity_reservation_specification"] = {
+            "capacity_reservation_target": {"capacity_reservation_id": plan.reservation_id}}
+    if plan.capacity_block:
+        lt["instance_market_options"] = {"market_type": "capacity-block"}
+    return lt
+
+
+def gpu_node_labels(platform: str) -> dict[str, str]:
+    return {NODE_ROLE_LABEL: "gpu", "kimi-k3.io/platform": platform}
+
+
+SYSTEM_LABELS = {NODE_ROLE_LABEL: "system"}
+
+
+# --- network -------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SubnetPlan:
+    name: str
+    zone: str
+    cidr: str
+    public: bool
+    role: str        # "system" | "gpu" | "public"
+
+
+def subnet_plan(cfg: StackConfig) -> list[SubnetPlan]:
+    """/19 private subnets per control-plane zone and one for the GPU zone (unless it is one of them); /24 public
+    subnets for the NAT gateway. Nodes live only in private subnets."""
+    c = cfg.cluster
+    net = ipaddress.ip_network(c.vpc_cidr)
+    blocks = list(net.subnets(new_prefix=19))
+    public = list(blocks[-1].subnets(new_prefix=24))
+    out = [SubnetPlan(f"private-{z}", z, str(blocks[i]), False, "system") for i, z in enumerate(c.availability_zones)]
+    gz = c.gpu_nodes.availability_zone
+    if gz not in c.availability_zones:
+        out.append(SubnetPlan(f"private-{gz}", gz, str(blocks[4]), False, "gpu"))
+    out += [SubnetPlan(f"public-{z}", z, str(public[i]), True, "public") for i, z in enumerate(c.availability_zones)]
+    return out
+
+
+# --- storage -------------------------------------------------------------------------------------------------------
+
+def fsx_throughput_gbps(cfg: StackConfig) -> float:
+    """Aggregate FSx throughput (GB/s): storage TiB x per-unit MB/s/TiB."""
+    f = cfg.storage.fsx
+    return f.storage_capacity_gib / 1024 * f.per_unit_storage_throughput / 1000
+
+
+def static_pv(name: str, capacity_gi: int, driver: str, volume_handle: Any, attributes: dict[str, Any],
+              claim_namespace: str, claim_name: str, mount_options: Optional[list[str]] = None) -> dict[str, Any]:
+    """A PersistentVolume pre-bound (claimRef) to the model-cache PVC, reclaim policy Retain.
+
+    Why a static PV and not a StorageClass: the filesystem is a Pulumi resource, protected and retained, so the
+    claim must bind to exactly that filesystem. Dynamic provisioning would create a second, untracked filesystem
+    whose lifetime follows the PVC, not the stack."""
+    spec: dict[str, Any] = {
+        "capacity": {"storage": f"{capacity_gi}Gi"},
+        "accessModes": ["ReadWriteMany"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": "",
+        "volumeMode": "Filesystem",
+        "claimRef": {"namespace": claim_namespace, "name": claim_name},
+        "csi": {"driver": driver, "volumeHandle": volume_handle, "volumeAttributes": attributes},
+    }
+    if mount_options:
+        spec["mountOptions"] = mount_options
+    return {"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "kimi-k3"}}, "spec": spec}
+
+
+def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
+    """A kubeconfig that authenticates with `aws eks get-token` (the AWS CLI on the machine running pulumi)."""
+    import json
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": cluster_name,
+        "clusters": [{"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+        "users": [{"name": cluster_name, "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region],
+            "interactiveMode": "Never"}}}],
+    }, sort_keys=True)
+
+
+def pv_size_gi(cfg: StackConfig, cache_gi: int) -> int:
+    """What the static PV advertises: the FSx capacity (GiB), or the cache size for EFS (elastic)."""
+    return cfg.storage.fsx.storage_capacity_gib if cfg.storage.resolved_kind == "fsx-lustre" else cache_gi
+
+
+def check_storage(cfg: StackConfig, cache_gi: int) -> None:
+    if cfg.storage.resolved_kind == "fsx-lustre" and cache_gi > cfg.storage.fsx.storage_capacity_gib:
+        cap = cfg.storage.fsx.storage_capacity_gib
+        need = next(n for n in range(2400, 10**6, 2400) if n >= cache_gi)
+        raise ConfigError(f"kimi-k3:storage.fsx.storageCapacityGiB = {cap}: the model cache needs {cache_gi} GiB; "
+                          f"allowed: {need} or more (a multiple of 2400)")
