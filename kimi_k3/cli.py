@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 from . import check, diff, plan_cli
+from . import critical_path
 from .render import render_stack
-from .stacks import StackError
+from .stacks import StackError, load_stack
 
 RENDER_HELP = """\
 Run the real __main__.py in-process under Pulumi's mock engine with Pulumi.STACK.yaml and write
@@ -15,7 +16,13 @@ DIR/manifests.yaml (every Kubernetes object, deterministic order, Secret data re
 DIR/resources.json (every registered resource: urn, type, name, parent, provider, dependsOn, protect,
 retainOnDelete, inputs; plus the stack outputs).
 Faithful: resource inputs, options and dependencies. Placeholders: computed cloud/cluster outputs
-(ids are NAME-id) and secret values (shown as [secret]; render never decrypts them)."""
+(ids are NAME-id; in eks mode also the EKS endpoint/CA/cluster security group, launch template version,
+FSx DNS/mount names and provider-generated names, see COMPUTED_PLACEHOLDERS/AUTONAMED in kimi_k3/render.py)
+and secret values (shown as [secret]; render never decrypts them).
+
+Then prints the critical path to the serving graph being Ready, computed from resources.json (dependsOn +
+parent edges) with duration estimates from recipes/durations.yaml (sources in its comments) overridden by
+kimi-k3:estimates; the download and the workers' weight load come from the planner. --no-critical-path skips it."""
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -29,6 +36,10 @@ def _render(args: argparse.Namespace) -> int:
         rendered.write(out)
         print(f"{stack}: {len(rendered.objects)} Kubernetes objects, {len(rendered.resources)} resources, "
               f"{rendered.outputs.get('gpus')} GPUs on {rendered.outputs.get('nodes')} nodes -> {out}/")
+        if args.critical_path:
+            cfg, graph = load_stack(stack)
+            path = critical_path.critical_path(rendered.resources, critical_path.estimates(cfg, graph))
+            print("\n".join(path.lines()))
     return 0
 
 
@@ -39,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
                        description=RENDER_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("stacks", nargs="+", metavar="STACK")
     r.add_argument("--out", help="output directory (default build/STACK)")
+    r.add_argument("--no-critical-path", dest="critical_path", action="store_false",
+                   help="do not print the estimated critical path")
     r.set_defaults(func=_render)
     check.register(sub)
     diff.register(sub)

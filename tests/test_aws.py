@@ -1,0 +1,293 @@
+"""eks mode under the mock engine: what each stack registers on AWS, the add-ons, the ordering, and bad input."""
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+import yaml
+
+from conftest import STACKS, by_kind, main_container, render_with, workers
+from kimi_k3.render import RenderError
+
+INSTANCE = {"gb200": "p6e-gb200.36xlarge", "gb200-disagg": "p6e-gb200.36xlarge",
+            "gb300": "p6e-gb300.36xlarge", "gb300-disagg": "p6e-gb300.36xlarge"}
+NODES = {"gb200": 4, "gb200-disagg": 8, "gb300": 4, "gb300-disagg": 6}
+
+
+def one(r, type_, suffix=""):
+    (res,) = [x for x in r.resources if x["type"] == type_ and x["name"].endswith(suffix)]
+    return res
+
+
+def release(r, chart_name):
+    (res,) = [x for x in r.resources if x["type"] == "kubernetes:helm.sh/v3:Release"
+              and x["inputs"]["name"] == chart_name]
+    return res
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_node_group_on_the_capacity_block(stack, rendered):
+    r = rendered[stack]
+    ng = one(r, "aws:eks/nodeGroup:NodeGroup", "-gpu-nodes")["inputs"]
+    assert ng["amiType"] == "AL2023_ARM_64_NVIDIA" and ng["capacityType"] == "CAPACITY_BLOCK"
+    assert "instanceTypes" not in ng, "the launch template carries the instance type"
+    assert ng["scalingConfig"]["desiredSize"] == NODES[stack] == r.outputs["nodes"]
+    assert ng["scalingConfig"]["maxSize"] == 18, "the reservation: one u-p6e-*x72 UltraServer"
+    assert ng["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+    assert ng["labels"]["kimi-k3.io/node-role"] == "gpu"
+    lt = one(r, "aws:ec2/launchTemplate:LaunchTemplate", "-gpu-lt")
+    assert lt["urn"] in one(r, "aws:eks/nodeGroup:NodeGroup", "-gpu-nodes")["dependsOn"]
+    lt = lt["inputs"]
+    assert lt["instanceType"] == INSTANCE[stack]
+    assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"].startswith("cr-")
+    assert "placement" not in lt, "no placement group with a Capacity Block"
+    nics = sorted((n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in lt["networkInterfaces"])
+    assert nics == [(0, 0, "interface"), (1, 0, "efa-only"), (5, 0, "efa-only"), (9, 0, "efa-only"), (13, 0, "efa-only")]
+    assert all("subnetId" not in n for n in lt["networkInterfaces"]), "a managed node group sets the subnet"
+    user_data = base64.b64decode(lt["userData"]).decode()
+    assert "multipart/mixed" in user_data and "kind: NodeConfig" in user_data
+    assert "systemctl disable --now nvidia-imex" in user_data and "systemctl mask nvidia-imex" in user_data
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_eks_control_plane_network_and_access(stack, rendered):
+    r = rendered[stack]
+    eks = one(r, "aws:eks/cluster:Cluster")["inputs"]
+    assert eks["version"] == "1.34"
+    assert eks["accessConfig"]["authenticationMode"] == "API"
+    system = one(r, "aws:eks/nodeGroup:NodeGroup", "-system-nodes")["inputs"]
+    assert system["capacityType"] == "ON_DEMAND" and system["labels"] == {"kimi-k3.io/node-role": "system"}
+    subnets = {x["name"]: x["inputs"] for x in r.resources if x["type"] == "aws:ec2/subnet:Subnet"}
+    gpu_subnet = next(s for n, s in subnets.items() if n.endswith("us-east-1-dfw-2a"))
+    assert gpu_subnet["mapPublicIpOnLaunch"] is False, "GPU nodes live in a private subnet"
+    s3 = one(r, "aws:ec2/vpcEndpoint:VpcEndpoint")["inputs"]
+    assert s3["vpcEndpointType"] == "Gateway" and s3["serviceName"] == "com.amazonaws.us-east-1.s3"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_fsx_filesystem_and_cache_volume_are_protected_and_bound(stack, rendered):
+    r = rendered[stack]
+    fsx = one(r, "aws:fsx/lustreFileSystem:LustreFileSystem")
+    assert fsx["protect"] and fsx["retainOnDelete"]
+    assert fsx["inputs"]["deploymentType"] == "PERSISTENT_2"
+    assert fsx["inputs"]["perUnitStorageThroughput"] == 1000 and fsx["inputs"]["storageCapacity"] == 4800
+    pv = one(r, "kubernetes:core/v1:PersistentVolume")
+    assert pv["protect"] and pv["retainOnDelete"]
+    spec = pv["inputs"]["spec"]
+    assert spec["persistentVolumeReclaimPolicy"] == "Retain"
+    assert spec["csi"]["driver"] == "fsx.csi.aws.com" and spec["csi"]["volumeHandle"] == "kimi-k3-storage-fsx-id"
+    (pvc,) = by_kind(r.objects, "PersistentVolumeClaim")
+    assert spec["claimRef"] == {"namespace": pvc["metadata"]["namespace"], "name": pvc["metadata"]["name"]}
+    assert spec["storageClassName"] == pvc["spec"]["storageClassName"] == "", "static binding, no provisioner"
+    assert r.outputs["filesystemId"] == "kimi-k3-storage-fsx-id"
+
+
+def test_s3_import_path_adds_a_data_repository_association():
+    r = render_with("gb300", storage={"kind": "fsx-lustre", "fsx": {"s3ImportPath": "s3://my-weights/kimi-k3/"}})
+    dra = one(r, "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
+    assert dra["inputs"]["dataRepositoryPath"] == "s3://my-weights/kimi-k3/"
+    assert dra["inputs"]["fileSystemPath"] == "/moonshotai/Kimi-K3"
+    assert dra["retainOnDelete"]
+
+
+def test_efs_storage():
+    r = render_with("gb300", storage={"kind": "efs"})
+    efs = one(r, "aws:efs/fileSystem:FileSystem")
+    assert efs["protect"] and efs["retainOnDelete"]
+    assert one(r, "kubernetes:core/v1:PersistentVolume")["inputs"]["spec"]["csi"]["driver"] == "efs.csi.aws.com"
+    assert one(r, "aws:eks/addon:Addon")["inputs"]["addonName"] == "aws-efs-csi-driver"
+
+
+def test_existing_storage_class_in_eks_mode():
+    r = render_with("gb300", storage={"kind": "existing", "storageClass": "my-lustre"})
+    assert not [x for x in r.resources if x["type"].startswith(("aws:fsx", "aws:efs"))]
+    (pvc,) = by_kind(r.objects, "PersistentVolumeClaim")
+    assert pvc["spec"]["storageClassName"] == "my-lustre"
+    assert "filesystemId" not in r.outputs
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_addon_charts_versions_and_values(stack, rendered):
+    r = rendered[stack]
+    gpu_op = release(r, "gpu-operator")["inputs"]
+    assert gpu_op["version"] == "v25.3.4" and gpu_op["repositoryOpts"]["repo"] == "https://helm.ngc.nvidia.com/nvidia"
+    v = gpu_op["values"]
+    assert (v["driver"]["enabled"], v["toolkit"]["enabled"]) == (False, False)
+    assert (v["devicePlugin"]["enabled"], v["nfd"]["enabled"], v["gfd"]["enabled"]) == (True, True, True)
+    efa = release(r, "aws-efa-k8s-device-plugin")["inputs"]
+    assert efa["repositoryOpts"]["repo"] == "https://aws.github.io/eks-charts" and efa["version"] == "0.5.14"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in efa["values"]["tolerations"]
+    dra = release(r, "dra-driver-nvidia-gpu")["inputs"]
+    assert dra["chart"] == "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu"
+    assert dra["version"].startswith("0.4.")
+    dv = dra["values"]
+    assert dv["resources"] == {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}}
+    assert dv["resourceApiVersion"] == "resource.k8s.io/v1" and dv["nvidiaDriverRoot"] == "/"
+    assert dv["controller"]["nodeSelector"] == {"kimi-k3.io/node-role": "system"}
+    dyn = release(r, "dynamo-platform")["inputs"]
+    assert dyn["version"].startswith(("1.4.", "1.5."))
+    g = dyn["values"]["global"]
+    assert g["grove"]["install"] and g["kai-scheduler"]["install"]
+
+
+def test_chart_version_and_values_pinned_in_config():
+    r = render_with("gb300", platform={"dynamoPlatform": {"version": "1.4.1"},
+                                       "draDriver": {"values": {"logVerbosity": "6"}}})
+    assert release(r, "dynamo-platform")["inputs"]["version"] == "1.4.1"
+    dv = release(r, "dra-driver-nvidia-gpu")["inputs"]["values"]
+    assert dv["logVerbosity"] == "6" and dv["resources"]["computeDomains"]["enabled"] is True
+
+
+def test_existing_cluster_can_assume_addons_present():
+    r = render_with("gb300", cluster={"mode": "existing"}, kubeconfig="apiVersion: v1\n",
+                    storage={"kind": "existing", "storageClass": "fsx"},
+                    platform={"draDriver": {"install": True}})
+    charts = [x["inputs"]["name"] for x in r.resources if x["type"] == "kubernetes:helm.sh/v3:Release"]
+    assert charts == ["dra-driver-nvidia-gpu"], "only what the stack asks to install; the rest is assumed present"
+    assert not [x for x in r.resources if x["type"].startswith("aws:")]
+    dgd = one(r, "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
+    assert release(r, "dra-driver-nvidia-gpu")["urn"] in dgd["dependsOn"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_dependency_order(stack, rendered):
+    r = rendered[stack]
+    by_urn = {x["urn"]: x for x in r.resources}
+
+    def ancestors(urn):
+        """Everything `urn` waits for: dependsOn, parents' dependsOn, provider, transitively."""
+        seen, todo = set(), [urn]
+        while todo:
+            x = by_urn[todo.pop()]
+            nxt = list(x["dependsOn"]) + ([x["provider"]] if x["provider"] else [])
+            if x["parent"] in by_urn:
+                nxt.append(x["parent"])
+            for n in nxt:
+                if n in by_urn and n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+        return seen
+
+    gpu_nodes = one(r, "aws:eks/nodeGroup:NodeGroup", "-gpu-nodes")["urn"]
+    job = one(r, "kubernetes:batch/v1:Job")["urn"]
+    down = ancestors(job)
+    assert gpu_nodes not in down, "the download overlaps GPU provisioning"
+    assert one(r, "aws:fsx/lustreFileSystem:LustreFileSystem")["urn"] in down
+    assert one(r, "aws:eks/nodeGroup:NodeGroup", "-system-nodes")["urn"] in down
+    assert not any(by_urn[u]["type"] == "kubernetes:helm.sh/v3:Release" for u in down), "download needs no add-on"
+    dra, dyn = release(r, "dra-driver-nvidia-gpu")["urn"], release(r, "dynamo-platform")["urn"]
+    for cd in [x for x in r.resources if x["type"].endswith(":ComputeDomain")]:
+        assert {dra, dyn} <= set(cd["dependsOn"])
+    dgd = one(r, "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
+    assert {dra, dyn, job, gpu_nodes} <= set(dgd["dependsOn"])
+    for name in ("gpu-operator", "aws-efa-k8s-device-plugin", "dra-driver-nvidia-gpu", "dynamo-platform"):
+        assert gpu_nodes not in ancestors(release(r, name)["urn"]), f"{name} does not wait for GPU nodes"
+    assert release(r, "gpu-operator")["urn"] in release(r, "dra-driver-nvidia-gpu")["dependsOn"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kubeconfig_output_is_secret_and_provider_uses_it(stack, rendered):
+    r = rendered[stack]
+    assert r.outputs["kubeconfig"] == "[secret]"
+    (provider,) = [x for x in r.resources if x["type"] == "pulumi:providers:kubernetes"]
+    assert provider["inputs"]["kubeconfig"] == "[secret]"
+    assert one(r, "aws:eks/cluster:Cluster")["urn"] in provider["dependsOn"]
+    assert r.outputs["frontendEndpoint"].startswith("http://") and r.outputs["filesystemId"]
+
+
+def test_kv_transport_efa_on_gb200_disagg_nvlink_on_gb300(rendered):
+    for c in workers(by_kind(rendered["gb200-disagg"].objects, "DynamoGraphDeployment")[0]):
+        main = main_container(c)
+        assert main["resources"]["limits"]["vpc.amazonaws.com/efa"] == "4"
+        conf = json.loads(main["args"][main["args"].index("--kv-transfer-config") + 1])
+        assert conf["kv_connector_extra_config"]["backends"] == ["LIBFABRIC"]
+    for c in workers(by_kind(rendered["gb300-disagg"].objects, "DynamoGraphDeployment")[0]):
+        main = main_container(c)
+        assert "vpc.amazonaws.com/efa" not in main["resources"]["limits"]
+        assert "LIBFABRIC" not in " ".join(main["args"])
+        env = {e["name"]: e.get("value") for e in main["env"]}
+        assert "^" not in env.get("UCX_TLS", ""), "cuda_ipc stays on for NVLink"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_policy_rules_pass_on_eks_stacks(stack, rendered):
+    from policies import rules
+    violations, _ = rules.run_all(rendered[stack].objects)
+    assert not [v for v in violations if v.rule in ("efa-uses-libfabric", "ucx-settings-consistent")], violations
+    assert not [v for v in violations if v.level == "mandatory"], violations
+
+
+BAD = {
+    "capacity block without reservation id": (
+        "gb300", {"cluster": {"mode": "eks", "gpuNodes": {"capacityType": "CAPACITY_BLOCK"}}},
+        ["kimi-k3:cluster.gpuNodes.capacityReservationId", "CAPACITY_BLOCK", "cr-"]),
+    "on-demand for a Capacity Block type": (
+        "gb300", {"cluster": {"mode": "eks", "gpuNodes": {"capacityType": "ON_DEMAND"}}},
+        ["kimi-k3:cluster.gpuNodes.capacityType", "ON_DEMAND", "allowed: CAPACITY_BLOCK"]),
+    "recipe needs more nodes than the UltraServer": (
+        "gb200-disagg", {"cluster": {"mode": "eks", "gpuNodes": {"capacityReservationId": "cr-0123456789abcdef0",
+                                                                "ultraServerNodes": 9}},
+                         "serving": {"pdRatio": "2:1"}},
+        ["kimi-k3:cluster.gpuNodes.ultraServerNodes", "= 9", "needs 12 GPU nodes", "allowed: 18"]),
+    "recipe needs more nodes than the reservation": (
+        "gb300", {"cluster": {"mode": "eks", "gpuNodes": {"capacityReservationId": "cr-0123456789abcdef0",
+                                                         "reservationNodes": 3}}},
+        ["kimi-k3:cluster.gpuNodes.reservationNodes", "= 3", "needs 4 GPU nodes", ">= 4"]),
+    "x86 instance with the ARM AMI": (
+        "gb300", {"cluster": {"mode": "eks", "gpuNodes": {"instanceType": "p5en.48xlarge"}}},
+        ["kimi-k3:cluster.gpuNodes.instanceType", "p5en.48xlarge", "x86_64", "AL2023_ARM_64_NVIDIA",
+         "allowed with this AMI: p6e-gb200.36xlarge, p6e-gb300.36xlarge"]),
+    "GB200 instances for a GB300 recipe": (
+        "gb300", {"cluster": {"mode": "eks", "gpuNodes": {"instanceType": "p6e-gb200.36xlarge",
+                                                         "capacityReservationId": "cr-0123456789abcdef0"}}},
+        ["kimi-k3:cluster.gpuNodes.instanceType", "gb200", "allowed: p6e-gb300.36xlarge"]),
+    "Kubernetes without DRA GA": (
+        "gb300", {"cluster": {"mode": "eks", "kubernetesVersion": "1.33"}},
+        ["kimi-k3:cluster.kubernetesVersion", "1.33", "allowed: 1.34 or later"]),
+    "FSx size that PERSISTENT_2 does not offer": (
+        "gb300", {"storage": {"fsx": {"storageCapacityGiB": 3000}}},
+        ["kimi-k3:storage.fsx.storageCapacityGiB", "3000", "multiple of 2400"]),
+    "FSx smaller than the cache": (
+        "gb300", {"storage": {"fsx": {"storageCapacityGiB": 1200}}},
+        ["kimi-k3:storage.fsx.storageCapacityGiB", "1200", "allowed: 2400"]),
+    "fsx outside eks mode": (
+        "gb300", {"cluster": {"mode": "existing"}, "storage": {"kind": "fsx-lustre"}},
+        ["kimi-k3:storage.kind", "fsx-lustre", "allowed here: existing"]),
+    "helm install in render mode": (
+        "gb300", {"cluster": {"mode": "render"}, "storage": {"storageClass": "fsx"},
+                  "platform": {"gpuOperator": {"install": True}}},
+        ["kimi-k3:platform.gpuOperator.install", "allowed in render mode: false"]),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_aws_input_one_clear_error_and_nothing_registered(name):
+    stack, overrides, expected = BAD[name]
+    with pytest.raises(RenderError) as info:
+        render_with(stack, **overrides)
+    message = str(info.value)
+    for part in expected:
+        assert part in message, f"{name}: {part!r} not in {message!r}"
+    assert len(message.splitlines()) <= 2, message
+    assert info.value.registered == []
+
+
+def test_gpu_operator_and_dra_values_agree_with_upstream(shared_reference):
+    """Our values are the EKS guide's, which the shared reference copies; and the DRA keys exist in 0.4.1."""
+    from kimi_k3.addons import _defaults
+    ours = _defaults()
+    ref_op = yaml.safe_load((shared_reference / "aws" / "eks-gb200-gpu-operator-values.yaml").read_text())
+    for key, val in ref_op.items():
+        assert ours["gpuOperator"]["values"][key] == val, key
+    ref_efa = yaml.safe_load((shared_reference / "aws" / "eks-gb200-efa-values.yaml").read_text())
+    assert ours["efaDevicePlugin"]["values"]["tolerations"] == ref_efa["tolerations"]
+    dra_defaults = yaml.safe_load((shared_reference / "dra" / "values-v0.4.1.yaml").read_text())
+    for key in ours["draDriver"]["values"]:
+        assert key in dra_defaults, f"{key} is not a value of dra-driver-nvidia-gpu 0.4.1"
+    platform = yaml.safe_load((shared_reference / "dynamo" / "helm-platform" / "values.yaml").read_text())
+    for sub in ("grove", "kai-scheduler"):
+        assert {"install", "enabled"} <= set(platform["global"][sub])
+    chart = yaml.safe_load((shared_reference / "dynamo" / "helm-platform" / "Chart.yaml").read_text())
+    assert chart["version"] == ours["dynamoPlatform"]["version"]

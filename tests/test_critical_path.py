@@ -1,0 +1,94 @@
+"""The critical-path report: computed from resources.json edges, with durations from config and the planner."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, STACKS, render_with
+from kimi_k3 import critical_path as cp
+from kimi_k3 import planner
+from kimi_k3.stacks import load_stack
+
+
+def _path(r, stack, **cfg_overrides):
+    cfg, graph = load_stack(stack, ROOT)
+    if cfg_overrides:
+        cfg = cfg.model_copy(update=cfg_overrides)
+    return cp.critical_path(r.resources, cp.estimates(cfg, graph)), cfg, graph
+
+
+def test_longest_path_on_a_toy_graph():
+    est = cp.Estimates(seconds={"eks_cluster": 600, "fsx_lustre": 1200, "kubernetes_default": 5,
+                                "aws_default": 15, "gpu_node_group": 900, "system_node_group": 240,
+                                "worker_warmup": 100},
+                       download_gbps=1.0, download_seconds=1000, load_seconds=50)
+    res = [
+        {"urn": "c", "type": "kimi-k3:model:ModelCache", "name": "c", "parent": "", "dependsOn": ["fs"], "provider": ""},
+        {"urn": "fs", "type": "aws:fsx/lustreFileSystem:LustreFileSystem", "name": "fs", "parent": "", "dependsOn": [], "provider": ""},
+        {"urn": "eks", "type": "aws:eks/cluster:Cluster", "name": "eks", "parent": "", "dependsOn": [], "provider": ""},
+        {"urn": "p", "type": "pulumi:providers:kubernetes", "name": "p", "parent": "", "dependsOn": ["eks"], "provider": ""},
+        {"urn": "job", "type": "kubernetes:batch/v1:Job", "name": "job", "parent": "c", "dependsOn": [], "provider": "p"},
+        {"urn": "gpu", "type": "aws:eks/nodeGroup:NodeGroup", "name": "gpu", "parent": "", "dependsOn": ["eks"],
+         "provider": "", "inputs": {"amiType": "AL2023_ARM_64_NVIDIA"}},
+        {"urn": "dgd", "type": "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "name": "dgd", "parent": "",
+         "dependsOn": ["job", "gpu"], "provider": "p"},
+    ]
+    path = cp.critical_path(res, est)
+    # job starts after its parent's dependency (fs, 1200 s) and its provider (eks, 600 s): 1200 + 1000 download
+    assert path.finish["job"] == 2200 and path.finish["gpu"] == 1500
+    assert path.total_seconds == 2200 + 50 + 100
+    assert [s.name for s in path.steps] == ["fs", "job", "dgd"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_download_overlaps_gpu_provisioning(stack, rendered):
+    path, cfg, graph = _path(rendered[stack], stack)
+    names = [s.name for s in path.steps]
+    assert "kimi-k3-eks-gpu-nodes" not in names, "GPU nodes are ready before the weights are"
+    assert "kimi-k3-model-cache-download" in names and names[-1] == "kimi-k3-serving-deployment"
+    job = next(r for r in rendered[stack].resources if r["type"] == "kubernetes:batch/v1:Job")
+    gpu = next(r for r in rendered[stack].resources if r["name"] == "kimi-k3-eks-gpu-nodes")
+    start_job = path.finish[job["urn"]] - cp.estimates(cfg, graph).download_seconds
+    assert start_job < path.finish[gpu["urn"]], "the download starts before the GPU nodes are up"
+
+
+def test_durations_come_from_config_and_the_planner(rendered):
+    cfg, graph = load_stack("gb300-disagg", ROOT)
+    est = cp.estimates(cfg, graph)
+    m = planner.load_model_facts()
+    assert est.download_seconds == pytest.approx(planner.checkpoint_bytes(m) / (1.2 * 1e9))
+    backend = planner.load_storage_backends(4800 / 1024, 1000)["fsx_lustre"]
+    assert est.load_seconds == pytest.approx(planner.load_seconds(planner.bytes_per_pod(m, 8, 4), 6, backend))
+    slow = cfg.model_copy(update={"estimates": cfg.estimates.model_copy(update={"download_gbps": 0.5,
+                                                                                 "seconds": {"worker_warmup": 0}})})
+    base = cp.critical_path(rendered["gb300-disagg"].resources, est).total_seconds
+    slower = cp.critical_path(rendered["gb300-disagg"].resources, cp.estimates(slow, graph)).total_seconds
+    assert slower > base
+
+
+def test_estimates_override_from_stack_config():
+    from kimi_k3.config import parse_stack_config
+    from conftest import stack_config
+    config, secrets = stack_config("gb300", estimates={"downloadGbps": 2.5, "seconds": {"fsx_lustre": 60}})
+    cfg = parse_stack_config(config, secrets)
+    assert cfg.estimates.download_gbps == 2.5 and cfg.estimates.seconds["fsx_lustre"] == 60
+
+
+def test_render_prints_the_critical_path():
+    proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", "gb300-disagg", "--out", "/tmp/kimi-k3-cp"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "critical path (estimated time to first token" in proc.stdout
+    assert "kimi-k3-model-cache-download" in proc.stdout and "kimi-k3-serving-deployment" in proc.stdout
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_render_under_five_seconds(stack):
+    import time
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", stack, "--out", f"/tmp/kimi-k3-t-{stack}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert time.perf_counter() - t < 5
