@@ -106,8 +106,6 @@ class FsxConfig(Strict):
     file_system_type_version: str = Field("2.15", alias="fileSystemTypeVersion")
     s3_import_path: Optional[str] = Field(None, alias="s3ImportPath", pattern=r"^s3://[a-z0-9.-]{3,63}(/.*)?$",
                                           description="s3://bucket/prefix holding pre-staged weights (data repository association)")
-    availability_zone: Optional[str] = Field(None, alias="availabilityZone",
-                                             description="default: the GPU nodes' zone")
 
     @field_validator("storage_capacity_gib")
     @classmethod
