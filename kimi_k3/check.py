@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -18,6 +17,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import yaml
 
 from policies import rules
+
+from .stacks import StackError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +50,13 @@ def load(target: str) -> Loaded:
         if not manifests.is_file():
             raise FileNotFoundError(f"{target}: a render directory needs manifests.yaml")
         res_file = path / "resources.json"
-        resources = resource_infos(json.loads(res_file.read_text())) if res_file.is_file() else None
+        resources = resource_infos(json.loads(res_file.read_text())["resources"]) if res_file.is_file() else None
         return Loaded(yaml_objects(manifests.read_text()), resources)
     if path.is_file():
         return Loaded(yaml_objects(path.read_text()), None)
-    # Imported here: rendering needs the whole Pulumi program, a file check does not.
-    rendered = importlib.import_module("kimi_k3.render").render_stack(target)
+    from .render import render_stack  # imported here: rendering needs the whole Pulumi program, a file does not
+
+    rendered = render_stack(target)
     return Loaded(list(rendered.objects), resource_infos(rendered.resources))
 
 
@@ -91,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     for target in args.targets:
         try:
             loaded = load(target)
-        except (FileNotFoundError, yaml.YAMLError, json.JSONDecodeError) as exc:
+        except (FileNotFoundError, yaml.YAMLError, json.JSONDecodeError, StackError) as exc:
             print(f"kimi-k3 check: {exc}", file=sys.stderr)
             return 2
         violations, skipped = rules.run_all(loaded.objects, loaded.resources, config)

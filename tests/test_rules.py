@@ -248,11 +248,19 @@ def test_check_render_dir_with_resources_and_json(tmp_path, capsys):
     resources = [{"urn": f"urn:{o['metadata']['name']}", "type": info.type, "name": info.name, "parent": None,
                   "provider": None, "dependsOn": [], "protect": False, "retainOnDelete": False, "inputs": o}
                  for o, info in zip(objects, protected(objects))]
-    (tmp_path / "resources.json").write_text(json.dumps(resources))
+    (tmp_path / "resources.json").write_text(json.dumps({"stack": "test", "outputs": {}, "resources": resources}))
     assert cli(str(tmp_path), "--json") == 1
     report = json.loads(capsys.readouterr().out)
     assert [(v["rule"], v["target"]) for v in report[0]["violations"]] == [
         ("model-cache-retained", "PersistentVolumeClaim/model-cache")]
+
+
+def test_check_reads_what_kimi_k3_render_writes(tmp_path, capsys):
+    from kimi_k3.render import render_stack
+    render_stack("gb300").write(tmp_path)
+    assert cli(str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "model-cache-retained" not in out, "resources.json carries protect/retainOnDelete, so the rule is evaluated"
 
 
 def test_check_missing_target_is_a_usage_error(tmp_path):
