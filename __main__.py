@@ -49,15 +49,15 @@ if eks and storage_kind != "existing":
 platform = Addons("kimi-k3-platform", AddonsArgs(addons, wait_for=system_nodes), opts=k8s_only)
 cache = ModelCache("kimi-k3-model-cache", ModelCacheArgs(
     graph, settings.require_secret("hfToken"), storage_class, cache_gi,
-    cfg.model.download_image, cfg.model.hub_version),
-    opts=pulumi.ResourceOptions(providers=[cluster.provider],
-                                depends_on=[cluster.namespace, *storage_ready, *system_nodes]))
+    cfg.model.download_image, cfg.model.hub_version,
+    fetch_from_hub=not (storage and storage_kind == "fsx-lustre" and cfg.storage.fsx.s3_import_path),
+    wait_for=[cluster.namespace, *storage_ready, *system_nodes]), opts=k8s_only)
 # ComputeDomains and the graph need the DRA driver (ComputeDomain CRD, channel templates) and the Dynamo
 # operator (DGD CRD, webhooks); the graph's pods also need the GPU nodes.
 operators = [platform.releases[k] for k in ("draDriver", "dynamoPlatform") if k in platform.releases]
 serving = ServingGraph("kimi-k3-serving", ServingGraphArgs(
-    graph, wait_for=[cluster.namespace, cache.download, *operators, *([eks.gpu_nodes] if eks else [])]),
-    opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[cluster.namespace]))
+    graph, platform_ready=[cluster.namespace, *operators],
+    workers_ready=[cache.download, *([eks.gpu_nodes] if eks else [])]), opts=k8s_only)
 
 frontend = f"{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}"
 pulumi.export("namespace", graph.namespace)

@@ -1,7 +1,7 @@
 """The model cache: the HF token Secret, the RWX volume, and the Job that downloads and verifies weights."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import pulumi
 
@@ -13,7 +13,8 @@ from .kubernetes import register
 
 class ModelCacheArgs:
     def __init__(self, graph: ServingGraph, hf_token: pulumi.Input[str], storage_class: str, size_gi: int,
-                 download_image: str, hub_version: str):
+                 download_image: str, hub_version: str, fetch_from_hub: bool = True,
+                 wait_for: Sequence[pulumi.Resource] = ()):
         """
         :param graph: the serving graph (namespace, model repo, revision, cache path).
         :param hf_token: Hugging Face token, a Pulumi secret; it reaches the cluster only as a Secret.
@@ -21,6 +22,9 @@ class ModelCacheArgs:
         :param size_gi: cache volume size in GiB.
         :param download_image: image that runs `hf download` and the checkpoint verification.
         :param hub_version: huggingface_hub version the Job installs.
+        :param fetch_from_hub: False when the weights are pre-staged (FSx import from S3): the Job only verifies.
+        :param wait_for: what must exist first (namespace, filesystem and its PV, the nodes the Job runs on);
+            every child waits for it, since a component's own depends_on does not reach its children.
         """
         self.graph = graph
         self.hf_token = hf_token
@@ -28,6 +32,8 @@ class ModelCacheArgs:
         self.size_gi = size_gi
         self.download_image = download_image
         self.hub_version = hub_version
+        self.fetch_from_hub = fetch_from_hub
+        self.wait_for = list(wait_for)
 
 
 class ModelCache(pulumi.ComponentResource):
@@ -41,12 +47,12 @@ class ModelCache(pulumi.ComponentResource):
     def __init__(self, name: str, args: ModelCacheArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("kimi-k3:model:ModelCache", name, None, opts)
         g = args.graph
-        child = pulumi.ResourceOptions(parent=self)
+        child = pulumi.ResourceOptions(parent=self, depends_on=args.wait_for)
         secret = register(f"{name}-hf-token", manifests.hf_token_secret(g, args.hf_token), child)
         self.volume = register(f"{name}-volume", manifests.model_cache_pvc(g, args.storage_class, args.size_gi),
-                               pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True))
+                               pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=True, retain_on_delete=True)))
         script = register(f"{name}-verify-script", manifests.verify_script_config_map(g), child)
         self.download = register(
-            f"{name}-download", manifests.download_job(g, args.download_image, args.hub_version),
-            pulumi.ResourceOptions(parent=self, depends_on=[secret, self.volume, script]))
+            f"{name}-download", manifests.download_job(g, args.download_image, args.hub_version, args.fetch_from_hub),
+            pulumi.ResourceOptions(parent=self, depends_on=[*args.wait_for, secret, self.volume, script]))
         self.register_outputs({"volume": self.volume.metadata["name"], "modelPath": g.model_path})

@@ -12,13 +12,17 @@ from .kubernetes import register
 
 
 class ServingGraphArgs:
-    def __init__(self, graph: Graph, wait_for: Sequence[pulumi.Resource]):
+    def __init__(self, graph: Graph, platform_ready: Sequence[pulumi.Resource],
+                 workers_ready: Sequence[pulumi.Resource]):
         """
         :param graph: roles, TP, nodes, flags and env of the selected recipe with stack overrides.
-        :param wait_for: what must exist before workers start (the verified download, the operator, the DRA driver).
+        :param platform_ready: what ComputeDomains and the graph need to be accepted (the namespace, the DRA
+            driver and the Dynamo operator that serve their CRDs).
+        :param workers_ready: what the graph's pods need besides (the verified weights, the GPU nodes).
         """
         self.graph = graph
-        self.wait_for = list(wait_for)
+        self.platform_ready = list(platform_ready)
+        self.workers_ready = list(workers_ready)
 
 
 class ServingGraph(pulumi.ComponentResource):
@@ -31,9 +35,9 @@ class ServingGraph(pulumi.ComponentResource):
         g = args.graph
         domains = [
             register(f"{name}-{role.key}-compute-domain", manifests.compute_domain(g, role),
-                     pulumi.ResourceOptions(parent=self, depends_on=args.wait_for))
+                     pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
             for role in g.roles
         ]
         self.deployment = register(f"{name}-deployment", manifests.graph_deployment(g), pulumi.ResourceOptions(
-            parent=self, depends_on=args.wait_for + domains))
+            parent=self, depends_on=args.platform_ready + args.workers_ready + domains))
         self.register_outputs({"name": self.deployment.metadata["name"], "gpus": g.gpus, "nodes": g.nodes})

@@ -1,8 +1,8 @@
 """Critical path of a deployment, from the rendered dependency graph (resources.json) and duration estimates.
 
-Edges: a resource starts when everything in its `dependsOn` (and its provider) has finished and its parent has started (the parent
-edge carries a component's own dependencies down to its children). A component finishes when its last child
-does. Durations: recipes/durations.yaml (each with its source) overridden by `kimi-k3:estimates`; the download
+Edges: a resource starts when everything in its `dependsOn` (and its provider) has finished; as in the engine,
+a component's own dependencies do not hold back its children (components pass them down explicitly). A
+component finishes when its last child does. Durations: recipes/durations.yaml (each with its source) overridden by `kimi-k3:estimates`; the download
 and worker load come from kimi_k3.planner (one implementation of bytes / bandwidth).
 """
 from __future__ import annotations
@@ -123,7 +123,7 @@ def fmt(seconds: float) -> str:
 
 
 def critical_path(resources: list[dict[str, Any]], est: Estimates, target: Optional[str] = None) -> CriticalPath:
-    """Longest path to `target` (default: the DynamoGraphDeployment) through dependsOn + parent edges."""
+    """Longest path to `target` (default: the DynamoGraphDeployment) through dependsOn and provider edges."""
     by_urn = {r["urn"]: r for r in resources}
     children: dict[str, list[str]] = {}
     for r in resources:
@@ -146,9 +146,6 @@ def critical_path(resources: list[dict[str, Any]], est: Estimates, target: Optio
         for dep in [*r.get("dependsOn", []), *([r["provider"]] if r.get("provider") else [])]:
             if dep in by_urn and finish_of(dep) > best:
                 best, cause = finish_of(dep), dep
-        parent = r.get("parent")
-        if parent in by_urn and start_of(parent) > best:
-            best, cause = start_of(parent), why.get(parent)
         visiting.discard(urn)
         start[urn], why[urn] = best, cause
         return best

@@ -69,7 +69,8 @@ def verify_script_config_map(graph: ServingGraph) -> Obj:
             "data": {VERIFY_SCRIPT.name: VERIFY_SCRIPT.read_text()}}
 
 
-def download_job(graph: ServingGraph, download_image: str, hub_version: str) -> Obj:
+def download_job(graph: ServingGraph, download_image: str, hub_version: str, fetch_from_hub: bool = True) -> Obj:
+    """Download (unless the weights were pre-staged, e.g. imported from S3), then verify every shard."""
     n = NAMES
     env = _env([("MODEL_REPO", graph.model_repo), ("MODEL_REVISION", graph.model_revision),
                 ("MODEL_PATH", graph.model_path), ("HF_HOME", f"{graph.cache_mount_path}/.hf-home"),
@@ -80,12 +81,10 @@ def download_job(graph: ServingGraph, download_image: str, hub_version: str) -> 
                 "seccompProfile": {"type": "RuntimeDefault"}}
     mounts = [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path},
               {"name": "tools", "mountPath": TOOLS_DIR}]
-    download = (
-        "set -eu\n"
-        f"pip install --no-cache-dir --target {TOOLS_DIR} 'huggingface_hub[hf_xet]=={hub_version}'\n"
+    download = f"set -eu\npip install --no-cache-dir --target {TOOLS_DIR} 'huggingface_hub[hf_xet]=={hub_version}'\n"
+    if fetch_from_hub:
         # hf download skips complete files and resumes partial ones, so a retried pod continues.
-        f'{TOOLS_DIR}/bin/hf download "$MODEL_REPO" --revision "$MODEL_REVISION" --local-dir "$MODEL_PATH"\n'
-    )
+        download += f'{TOOLS_DIR}/bin/hf download "$MODEL_REPO" --revision "$MODEL_REVISION" --local-dir "$MODEL_PATH"\n'
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": _meta(graph, n["job"], annotations={

