@@ -72,7 +72,7 @@ def _cache_backend(cfg: StackConfig) -> planner.StorageBackend:
 
 def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
     """(seconds, what the number is) of one registered resource."""
-    t, name, inputs = r["type"], r["name"], r.get("inputs", {})
+    t, inputs = r["type"], r.get("inputs", {})
     if t.startswith("kimi-k3:") or t.startswith("pulumi:providers:"):
         return 0.0, "component"
     if t == "aws:eks/nodeGroup:NodeGroup":

@@ -75,3 +75,15 @@ def flag(args: list[str], name: str):
         return None
     i = args.index(name)
     return args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else True
+
+
+def assert_one_clear_error(stack: str, overrides: dict, expected: list[str]) -> None:
+    """Bad input: one short message holding every expected part, and nothing registered."""
+    from kimi_k3.render import RenderError
+    with pytest.raises(RenderError) as info:
+        render_with(stack, **overrides)
+    message = str(info.value)
+    for part in expected:
+        assert part in message, f"{part!r} not in {message!r}"
+    assert len(message.splitlines()) <= 2, message
+    assert info.value.registered == [], "a configuration error must register nothing"

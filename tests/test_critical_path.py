@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, STACKS, render_with
+from conftest import ROOT, STACKS
 from kimi_k3 import critical_path as cp
 from kimi_k3 import planner
 from kimi_k3.stacks import load_stack

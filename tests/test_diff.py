@@ -1,7 +1,6 @@
 """`kimi-k3 diff`: a temporary git repository of this project with one-change commits, diffed end to end."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
