@@ -12,7 +12,7 @@ export PULUMI_BACKEND_URL
 
 $(BIN)/kimi-k3: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@
 
 venv: $(BIN)/kimi-k3
