@@ -85,6 +85,7 @@ class ResourceInfo:
     key: Optional[str]  # "Kind/name" for Kubernetes resources
     protect: bool
     retain_on_delete: Optional[bool]
+    gpu_pool_nodes: Optional[int] = None  # max size of an EKS node group running the NVIDIA AMI
 
 
 @dataclass(frozen=True)
@@ -333,15 +334,20 @@ def gpu_nodes(obj: Mapping) -> int:
     return sum(replicas(c) * node_count(c) for c in components(obj) if gpus(main_container(c)) > 0)
 
 
-def check_graph_fits_node_pool(obj: Mapping, ctx: Context) -> Iterator[Result]:
-    if not components(obj):
-        return
-    pool = ctx.config.get("gpu_node_pool_nodes")
-    if pool is None:
-        yield Skipped(target_of(obj), "GPU node pool size unknown (policy config gpu_node_pool_nodes)")
-        return
-    if gpu_nodes(obj) > int(pool):
-        yield Finding(target_of(obj), f"graph needs {gpu_nodes(obj)} GPU nodes; the pool has {pool}")
+def check_graph_fits_node_pool(objects: Sequence[Mapping], ctx: Context) -> Iterator[Result]:
+    """Pool size: policy config, else the GPU node groups the same stack creates."""
+    pool, source = ctx.config.get("gpu_node_pool_nodes"), "policy config gpu_node_pool_nodes"
+    groups = [r.gpu_pool_nodes for r in ctx.resources or [] if r.gpu_pool_nodes is not None]
+    if pool is None and groups:
+        pool, source = sum(groups), "the stack's GPU node group max size"
+    for obj in objects:
+        if not components(obj):
+            continue
+        if pool is None:
+            yield Skipped(target_of(obj), "GPU node pool size unknown (policy config gpu_node_pool_nodes, "
+                          "or a GPU node group in the same stack)")
+        elif gpu_nodes(obj) > int(pool):
+            yield Finding(target_of(obj), f"graph needs {gpu_nodes(obj)} GPU nodes; the pool has {pool} ({source})")
 
 
 def check_gpu_totals_match_recipe(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -695,7 +701,7 @@ RULES: tuple[Rule, ...] = (
     _rule("tp-group-fits-nvlink-domain", "A TP group spans no more nodes than one NVLink domain holds.",
           check_tp_group_fits_nvlink_domain),
     _rule("graph-fits-node-pool", "The graph's GPU nodes fit the GPU node pool.", check_graph_fits_node_pool,
-          config_schema={"gpu_node_pool_nodes": {"type": "integer", "minimum": 0,
+          scope="stack", config_schema={"gpu_node_pool_nodes": {"type": "integer", "minimum": 0,
                                                  "description": "Nodes in the GPU node pool"}}),
     _rule("gpu-totals-match-recipe", "GPUs requested equal the recipe's total (kimi-k3.io/gpus annotation).",
           check_gpu_totals_match_recipe),
@@ -793,4 +799,8 @@ def object_from_resource(type_token: str, props: Mapping[str, Any], name: str) -
 def resource_info(type_token: str, name: str, props: Mapping[str, Any], protect: bool,
                   retain_on_delete: Optional[bool]) -> ResourceInfo:
     obj = object_from_resource(type_token, props, name)
-    return ResourceInfo(type_token, name, target_of(obj) if obj else None, protect, retain_on_delete)
+    pool = None
+    if type_token == "aws:eks/nodeGroup:NodeGroup" and "NVIDIA" in str(props.get("amiType", "")):
+        pool = (props.get("scalingConfig") or {}).get("maxSize")
+    return ResourceInfo(type_token, name, target_of(obj) if obj else None, protect, retain_on_delete,
+                        int(pool) if pool is not None else None)

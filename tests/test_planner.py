@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
+from conftest import SHARED
 from kimi_k3 import plan_cli, planner
 from kimi_k3.planner import GB, GIB, MIB
 
-SHARED_CONFIG = Path("/work/shared/reference/model/Kimi-K3_config.json")
+SHARED_CONFIG = SHARED / "model" / "Kimi-K3_config.json"
 
 
 @pytest.fixture(scope="module")

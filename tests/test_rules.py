@@ -1,17 +1,17 @@
 """Each rule passes on a good graph and fails on a mutation of it; upstream K3 profiles are pinned."""
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import SHARED, STACKS
 from kimi_k3 import check, flags
 from policies import rules
 
-UPSTREAM = Path("/work/shared/reference/dynamo/recipes/kimi-k3/vllm")
+UPSTREAM = SHARED / "dynamo" / "recipes" / "kimi-k3" / "vllm"
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0"
 NO_CACHE_OPTIONS = {"startup-budget-covers-load": {"min_startup_seconds": 3600},
                     "graph-fits-node-pool": {"gpu_node_pool_nodes": 6}}
@@ -318,15 +318,26 @@ def test_check_cli_on_upstream_file(capsys):
 
 
 # ------------------------------------------------------------------------------------------ our own stacks
-STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in Path(__file__).resolve().parents[1].glob("Pulumi.*.yaml"))
-
-
-@pytest.mark.parametrize("stack", STACKS or ["<none>"])
+@pytest.mark.parametrize("stack", STACKS)
 def test_our_stacks_have_no_mandatory_violations(stack):
-    if importlib.util.find_spec("kimi_k3.render") is None:
-        pytest.skip("kimi_k3.render does not exist yet")
-    if stack == "<none>":
-        pytest.skip("no Pulumi.<stack>.yaml in the repository yet")
     loaded = check.load(stack)
-    violations, _ = rules.run_all(loaded.objects, loaded.resources)
+    violations, skipped = rules.run_all(loaded.objects, loaded.resources)
     assert [v for v in violations if v.level == rules.MANDATORY] == []
+    assert skipped == [], "with resources.json every rule is evaluated (the node pool comes from the GPU node group)"
+
+
+def gpu_node_group(max_size, ami="AL2023_ARM_64_NVIDIA"):
+    return rules.resource_info("aws:eks/nodeGroup:NodeGroup", "gpu-nodes",
+                               {"amiType": ami, "scalingConfig": {"maxSize": max_size}}, False, False)
+
+
+def test_node_pool_comes_from_the_stacks_gpu_node_group():
+    rule = next(r for r in rules.RULES if r.name == "graph-fits-node-pool")
+    needs = rules.gpu_nodes(dgd_of(good_objects()))
+    system = gpu_node_group(50, ami="AL2023_x86_64_STANDARD")  # not a GPU pool
+    too_small = rules.evaluate(rule, good_objects(), rules.Context({}, [system, gpu_node_group(needs - 1)]))
+    assert [v.message for v in too_small[0]] == [
+        f"graph needs {needs} GPU nodes; the pool has {needs - 1} (the stack's GPU node group max size)"]
+    assert rules.evaluate(rule, good_objects(), rules.Context({}, [system, gpu_node_group(needs)])) == ([], [])
+    unknown = rules.evaluate(rule, good_objects(), rules.Context({}, [system]))
+    assert unknown[0] == [] and len(unknown[1]) == 1
