@@ -10,7 +10,7 @@ export PULUMI_BACKEND_URL
 
 .PHONY: venv test render check plan bench pulumi-cli stack preview up clean
 
-$(BIN)/kimi-k3: pyproject.toml
+$(BIN)/kimi-k3: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@

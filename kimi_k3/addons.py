@@ -2,17 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 
+from .data import recipe_file
 from .aws import NODE_ROLE_LABEL
 from .config import StackConfig, addon_key
 from .graph import merge
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 # Installation order of independent add-ons does not matter; these are the explicit dependencies between them.
 # DRA kubelet plugins select GPU nodes by the nvidia.com/gpu.present label that GPU feature discovery sets.
 DEPENDS_ON = {"draDriver": ("gpuOperator",)}
@@ -32,9 +29,8 @@ class AddonSpec:
     depends_on: tuple[str, ...]
 
 
-@lru_cache(maxsize=None)
 def _defaults() -> dict[str, Any]:
-    return yaml.safe_load((RECIPES / "addons.yaml").read_text())
+    return recipe_file("addons.yaml")
 
 
 def _system_pinned(key: str, values: dict[str, Any]) -> dict[str, Any]:

@@ -10,17 +10,14 @@ import base64
 import ipaddress
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 
+from .data import recipe_file
 from .config import ConfigError, StackConfig
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 NODE_ROLE_LABEL = "kimi-k3.io/node-role"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 GPU_KEY = "kimi-k3:cluster.gpuNodes"
 
 
@@ -56,7 +53,7 @@ class AwsFacts:
 
 @lru_cache(maxsize=None)
 def load_aws_facts() -> AwsFacts:
-    raw = yaml.safe_load((RECIPES / "aws.yaml").read_text())
+    raw = recipe_file("aws.yaml")
     types = {
         name: InstanceFacts(name=name, platform=t["platform"], arch=t["arch"], gpus=t["gpus"],
                             capacity_block_only=t["capacity_block_only"],

@@ -20,8 +20,8 @@ Faithful: resource inputs, options and dependencies. Placeholders: computed clou
 FSx DNS/mount names and provider-generated names, see COMPUTED_PLACEHOLDERS/AUTONAMED in kimi_k3/render.py)
 and secret values (shown as [secret]; render never decrypts them).
 
-Then prints the critical path to the serving graph being Ready, computed from resources.json (dependsOn +
-parent edges) with duration estimates from recipes/durations.yaml (sources in its comments) overridden by
+Then prints the critical path to the serving graph being Ready, computed from resources.json (dependsOn and
+provider edges) with duration estimates from recipes/durations.yaml (sources in its comments) overridden by
 kimi-k3:estimates; the download and the workers' weight load come from the planner. --no-critical-path skips it."""
 
 

@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 NAMESPACE = "kimi-k3"
 SECRET_KEYS = ("hfToken", "kubeconfig")
-RECIPES = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
 
 # Provisioners whose volumes attach to one node at a time: a 1.5 TB cache shared by every worker needs RWX.
 RWO_ONLY_PROVISIONERS = {
@@ -121,9 +120,6 @@ class EfsConfig(Strict):
     throughput_mode: Literal["elastic", "bursting"] = Field("elastic", alias="throughputMode")
 
 
-STORAGE_KINDS = ("fsx-lustre", "efs", "existing")
-
-
 class StorageConfig(Strict):
     """`kimi-k3:storage`: the ReadWriteMany volume that caches the checkpoint."""
 
@@ -220,7 +216,7 @@ class ServingConfig(Strict):
     """`kimi-k3:serving`: the serving graph's knobs and overrides of the recipe."""
 
     namespace: str = Field("kimi-k3", pattern=DNS_LABEL)
-    image: Optional[str] = Field(None, description="replaces the recipe's runtime image (all roles)")
+    image: Optional[str] = Field(None, min_length=1, description="replaces the recipe's runtime image (all roles)")
     runtime_version: Optional[str] = Field(None, alias="runtimeVersion", description="semver of the image for runtimeVersionOverride")
     pd_ratio: Optional[str] = Field(None, alias="pdRatio", pattern=r"^[0-9]+:[0-9]+$",
                                     description="prefill:decode replicas, e.g. 1:2 (disaggregated recipes only)")
@@ -316,7 +312,7 @@ def parse_stack_config(raw: dict[str, Any], secret_keys: set[str]) -> StackConfi
                     f"{full_key}: stored in plaintext; remove it and run `pulumi config set --secret {full_key} ...`")
             fields[key] = value not in (None, "")
             continue
-        if isinstance(value, str) and value[:1] in "{[":
+        if isinstance(value, str) and value.startswith(("{", "[")):
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
@@ -327,6 +323,10 @@ def parse_stack_config(raw: dict[str, Any], secret_keys: set[str]) -> StackConfi
     except ValidationError as err:
         raise ConfigError(format_validation_error(err)) from None
     check_modes(cfg)
+    aws_region = raw.get("aws:region")  # the AWS provider's region; every AWS resource lands there
+    if cfg.cluster.mode == "eks" and aws_region and aws_region != cfg.cluster.region:
+        raise ConfigError(f"{NAMESPACE}:cluster.region = {cfg.cluster.region!r}: differs from aws:region = "
+                          f"{aws_region!r}, where the AWS provider creates everything; set both to the same region")
     if not cfg.hf_token_set:
         raise ConfigError(
             f"{NAMESPACE}:hfToken: required but not set; run `pulumi config set --secret {NAMESPACE}:hfToken hf_...` "

@@ -8,16 +8,13 @@ and worker load come from kimi_k3.planner (one implementation of bytes / bandwid
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 
+from .data import recipe_file
 from . import planner
 from .config import StackConfig
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 HELM_KEYS = {"gpu-operator": "helm_gpu_operator", "aws-efa-k8s-device-plugin": "helm_efa_device_plugin",
              "dra-driver-nvidia-gpu": "helm_dra_driver", "dynamo-platform": "helm_dynamo_platform"}
 TYPE_KEYS = {
@@ -28,9 +25,8 @@ TYPE_KEYS = {
 }
 
 
-@lru_cache(maxsize=None)
 def _defaults() -> dict[str, Any]:
-    return yaml.safe_load((RECIPES / "durations.yaml").read_text())
+    return recipe_file("durations.yaml")
 
 
 @dataclass(frozen=True)

@@ -5,20 +5,17 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Literal, Optional
 
-import yaml
 from pydantic import Field, ValidationError
 
+from .data import recipe_file
 from .aws import efa_devices_per_node
 from .planner import Platform, load_platforms, memory_fit
 from .config import (
     ConfigError, FlagValue, Quantity, StackConfig, Strict, format_validation_error,
 )
 
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 # Flags the graph derives from typed fields: set them through their config keys, not extraArgs.
 DERIVED_WORKER_FLAGS = {
@@ -166,9 +163,8 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@lru_cache(maxsize=None)
 def _recipe_data(name: str) -> dict[str, Any]:
-    raw = yaml.safe_load((RECIPES_DIR / f"{name}.yaml").read_text())
+    raw = recipe_file(f"{name}.yaml")
     base_name = raw.pop("extends", None)
     if base_name is None:
         return raw

@@ -9,8 +9,8 @@ from .graph import Role, ServingGraph
 
 PART_OF = {"app.kubernetes.io/part-of": "kimi-k3"}
 NVLINK_GROUP_LABEL = "kimi-k3.io/nvlink-group"
-CLIQUE_KEY = "nvidia.com/gpu.clique"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"      # NVLink clique label set by GPU feature discovery
+CLIQUE_KEY = "nvidia.com/gpu.clique"      # NVLink clique label set by GPU feature discovery
+EFA_RESOURCE = "vpc.amazonaws.com/efa"    # extended resource of the EFA device plugin
 CHANNEL_CLAIM = "compute-domain-channel"
 CACHE_VOLUME = "model-cache"
 HEALTH_PORT = 9090                         # Dynamo system server (/health), as upstream probes it

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from functools import lru_cache
 from typing import Any, Iterable
 
-import yaml
+from .data import recipe_file
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 GIB = 2**30
 MIB = 2**20
 GB = 10**9
@@ -257,12 +256,9 @@ class StackPlan:
         }
 
 
-def _read(name: str) -> dict[str, Any]:
-    return yaml.safe_load((RECIPES / name).read_text())
-
-
+@lru_cache(maxsize=None)
 def load_model_facts() -> ModelFacts:
-    data = _read("model.yaml")
+    data = recipe_file("model.yaml")
     t, mla, kda, moe = data["text"], data["text"]["mla"], data["text"]["kda"], data["text"]["moe"]
     q, kv, rt = data["quantization"], data["kv_cache"], data["runtime"]
     return ModelFacts(
@@ -284,15 +280,16 @@ def load_model_facts() -> ModelFacts:
     )
 
 
+@lru_cache(maxsize=None)
 def load_platforms() -> dict[str, Platform]:
-    return {name: Platform(name=name, **p) for name, p in _read("platforms.yaml").items()}
+    return {name: Platform(name=name, **p) for name, p in recipe_file("platforms.yaml").items()}
 
 
 def load_storage_backends(fsx_size_tib: float | None = None,
                           fsx_mbps_per_tib: float | None = None) -> dict[str, StorageBackend]:
     """Backends from recipes/storage.yaml; FSx aggregate = size x per-unit throughput (overridable per stack)."""
     out = {}
-    for name, b in _read("storage.yaml").items():
+    for name, b in recipe_file("storage.yaml").items():
         aggregate = b.get("aggregate_gbps")
         if "size_tib" in b:
             size = fsx_size_tib if fsx_size_tib is not None else b["size_tib"]

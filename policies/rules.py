@@ -17,13 +17,13 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequenc
 
 
 from kimi_k3 import flags
+from kimi_k3.manifests import EFA_RESOURCE as EFA
 from kimi_k3.planner import Platform, load_platforms, memory_fit
 
 MANDATORY = "mandatory"
 ADVISORY = "advisory"
 
 GPU = "nvidia.com/gpu"
-EFA = "vpc.amazonaws.com/efa"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 GPUS_ANNOTATION = "kimi-k3.io/gpus"

@@ -264,6 +264,10 @@ BAD = {
         "gb300", {"cluster": {"mode": "render"}, "storage": {"storageClass": "fsx"},
                   "platform": {"gpuOperator": {"install": True}}},
         ["kimi-k3:platform.gpuOperator.install", "allowed in render mode: false"]),
+    "cluster region differs from the AWS provider's": (
+        "gb300", {"cluster": {"mode": "eks", "region": "us-west-2",
+                              "gpuNodes": {"capacityReservationId": "cr-0123456789abcdef0"}}},
+        ["kimi-k3:cluster.region", "us-west-2", "aws:region", "us-east-1"]),
 }
 
 

@@ -46,6 +46,9 @@ CASES = {
     "P:D ratio on an aggregated recipe": (
         "gb200", {"serving": {"pdRatio": "1:2"}},
         ["kimi-k3:serving.pdRatio", "1:2", "only for disaggregated"]),
+    "empty image (an empty value is a value, not malformed JSON)": (
+        "gb300", {"serving": {"image": ""}},
+        ["kimi-k3:serving.image", '""', "at least 1 character"]),
     "unpinned image": (
         "gb300", {"serving": {"image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"}},
         ["kimi-k3:serving.image", "latest", "pin a version"]),
