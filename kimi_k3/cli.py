@@ -36,6 +36,8 @@ def _render(args: argparse.Namespace) -> int:
         rendered.write(out)
         print(f"{stack}: {len(rendered.objects)} Kubernetes objects, {len(rendered.resources)} resources, "
               f"{rendered.outputs.get('gpus')} GPUs on {rendered.outputs.get('nodes')} nodes -> {out}/")
+        if rendered.assumed:
+            print(f"  assumed (set per user, not in Pulumi.{stack}.yaml): " + "; ".join(rendered.assumed))
         if args.critical_path:
             cfg, graph = load_stack(stack)
             path = critical_path.critical_path(rendered.resources, critical_path.estimates(cfg, graph))

@@ -11,7 +11,7 @@ import json
 import os
 import runpy
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +59,12 @@ class Rendered:
     resources: list[dict[str, Any]]
     objects: list[dict[str, Any]]
     outputs: dict[str, Any]
+    assumed: list[str] = field(default_factory=list)  # per-user values the stack file lacks, as placeholders
 
     def write(self, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "manifests.yaml").write_text(dump_manifests(self.objects))
-        doc = {"stack": self.stack, "outputs": self.outputs, "resources": self.resources}
+        doc = {"stack": self.stack, "assumed": self.assumed, "outputs": self.outputs, "resources": self.resources}
         (out_dir / "resources.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
@@ -198,5 +199,7 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
 
 
 def render_stack(stack: str, root: Path | None = None) -> Rendered:
-    config, secrets = read_stack_config(stack, root)
-    return render_config(stack, config, secrets, root)
+    stack_file = read_stack_config(stack, root)
+    rendered = render_config(stack, stack_file.config, stack_file.secrets, root)
+    rendered.assumed = stack_file.assumed
+    return rendered

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -12,6 +13,9 @@ from .graph import ServingGraph, build_graph
 SECRET_PLACEHOLDER = "[secret]"
 # Set per user with `pulumi config set --secret`, so a stack file in the repo never holds them.
 USER_SECRETS = ("kimi-k3:hfToken",)
+# Per-user values a shared stack file cannot hold (each team buys its own Capacity Block); offline tools assume
+# this placeholder, `pulumi up` refuses to run without the real one.
+RESERVATION_PLACEHOLDER = "cr-00000000000000000"
 
 
 class StackError(Exception):
@@ -31,8 +35,15 @@ def stack_names(root: Path | None = None) -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
-def read_stack_config(stack: str, root: Path | None = None) -> tuple[dict[str, str], set[str]]:
-    """Pulumi.<stack>.yaml -> ({key: value as the engine passes it}, secret keys). Secrets become placeholders."""
+@dataclass
+class StackFile:
+    config: dict[str, str]       # key -> value as the engine passes it (objects JSON-encoded)
+    secrets: set[str]            # keys the engine would mark secret
+    assumed: list[str]           # per-user values the file does not hold, filled with placeholders
+
+
+def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
+    """Pulumi.<stack>.yaml as the engine would pass it; secrets and per-user values become placeholders."""
     root = root or project_root()
     path = root / f"Pulumi.{stack}.yaml"
     if not path.is_file():
@@ -45,20 +56,29 @@ def read_stack_config(stack: str, root: Path | None = None) -> tuple[dict[str, s
             config[key], _ = SECRET_PLACEHOLDER, secrets.add(key)
         else:
             config[key] = value if isinstance(value, str) else json.dumps(value)
+    assumed = []
     # Offline tools cannot decrypt secrets; one the stack file does not hold yet (set per user) is assumed set.
     for key in USER_SECRETS:
         if key not in config:
             config[key], _ = SECRET_PLACEHOLDER, secrets.add(key)
-    return config, secrets
+            assumed.append(f"{key} = {SECRET_PLACEHOLDER}")
+    cluster = json.loads(config.get("kimi-k3:cluster", "{}"))
+    gpu_nodes = cluster.get("gpuNodes", {})
+    if cluster.get("mode") == "eks" and gpu_nodes.get("capacityType", "CAPACITY_BLOCK") == "CAPACITY_BLOCK" \
+            and "capacityReservationId" not in gpu_nodes:
+        cluster["gpuNodes"] = {**gpu_nodes, "capacityReservationId": RESERVATION_PLACEHOLDER}
+        config["kimi-k3:cluster"] = json.dumps(cluster)
+        assumed.append(f"kimi-k3:cluster.gpuNodes.capacityReservationId = {RESERVATION_PLACEHOLDER}")
+    return StackFile(config, secrets, assumed)
 
 
 
 
 def load_stack(stack: str, root: Path | None = None) -> tuple[StackConfig, ServingGraph]:
     """The validated config and serving graph of a stack, without Pulumi (for plan and check)."""
-    config, secrets = read_stack_config(stack, root)
+    stack_file = read_stack_config(stack, root)
     try:
-        cfg = parse_stack_config(config, secrets)
+        cfg = parse_stack_config(stack_file.config, stack_file.secrets)
         return cfg, build_graph(stack, cfg)
     except ConfigError as err:
         raise StackError(str(err)) from None

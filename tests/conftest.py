@@ -35,7 +35,8 @@ def stack_config(stack: str, **overrides) -> tuple[dict[str, str], set[str]]:
     """A stack's config with `kimi-k3:<key>` values replaced (dicts are JSON-encoded, as the engine passes them).
 
     Secret keys given here are marked secret, as `pulumi config set --secret` would."""
-    config, secrets = read_stack_config(stack, ROOT)
+    stack_file = read_stack_config(stack, ROOT)
+    config, secrets = stack_file.config, stack_file.secrets
     for key, value in overrides.items():
         full = f"kimi-k3:{key}"
         if value is None:

@@ -246,3 +246,18 @@ def test_render_mode_writes_yaml_to_the_configured_directory():
                     storage={"storageClass": "fsx-lustre", "provisioner": "fsx.csi.aws.com"})
     (provider,) = [x for x in r.resources if x["type"] == "pulumi:providers:kubernetes"]
     assert provider["inputs"]["renderYamlToDirectory"] == "rendered/gb300"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_per_user_values_are_placeholders_offline_and_required_by_pulumi_up(stack, rendered):
+    """A shared stack file holds no token and no reservation: render says what it assumed, the real run refuses."""
+    from kimi_k3.render import RenderError, render_config
+    doc = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    assert "kimi-k3:hfToken" not in doc and "capacityReservationId" not in doc["kimi-k3:cluster"]["gpuNodes"]
+    assert rendered[stack].assumed == [
+        "kimi-k3:hfToken = [secret]", "kimi-k3:cluster.gpuNodes.capacityReservationId = cr-00000000000000000"]
+    as_engine_passes_it = {k: v if isinstance(v, str) else json.dumps(v) for k, v in doc.items()}
+    as_engine_passes_it["kimi-k3:hfToken"] = "hf_x"
+    with pytest.raises(RenderError, match="capacityReservationId") as info:
+        render_config(stack, as_engine_passes_it, {"kimi-k3:hfToken"}, ROOT)
+    assert info.value.registered == []
