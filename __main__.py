@@ -51,7 +51,8 @@ cache = ModelCache("kimi-k3-model-cache", ModelCacheArgs(
     graph, settings.require_secret("hfToken"), storage_class, cache_gi,
     cfg.model.download_image, cfg.model.hub_version,
     fetch_from_hub=not (storage and storage_kind == "fsx-lustre" and cfg.storage.fsx.s3_import_path),
-    wait_for=[cluster.namespace, *storage_ready, *system_nodes]), opts=k8s_only)
+    wait_for=[cluster.namespace, *storage_ready, *system_nodes],
+    node_selector=aws.SYSTEM_LABELS if eks else None), opts=k8s_only)
 # ComputeDomains and the graph need the DRA driver (ComputeDomain CRD, channel templates) and the Dynamo
 # operator (DGD CRD, webhooks); the graph's pods also need the GPU nodes.
 operators = [platform.releases[k] for k in ("draDriver", "dynamoPlatform") if k in platform.releases]

@@ -14,7 +14,7 @@ from .kubernetes import register
 class ModelCacheArgs:
     def __init__(self, graph: ServingGraph, hf_token: pulumi.Input[str], storage_class: str, size_gi: int,
                  download_image: str, hub_version: str, fetch_from_hub: bool = True,
-                 wait_for: Sequence[pulumi.Resource] = ()):
+                 wait_for: Sequence[pulumi.Resource] = (), node_selector: Optional[dict[str, str]] = None):
         """
         :param graph: the serving graph (namespace, model repo, revision, cache path).
         :param hf_token: Hugging Face token, a Pulumi secret; it reaches the cluster only as a Secret.
@@ -25,6 +25,7 @@ class ModelCacheArgs:
         :param fetch_from_hub: False when the weights are pre-staged (FSx import from S3): the Job only verifies.
         :param wait_for: what must exist first (namespace, filesystem and its PV, the nodes the Job runs on);
             every child waits for it, since a component's own depends_on does not reach its children.
+        :param node_selector: where the download Job runs (the system nodes in eks mode: never a GPU node).
         """
         self.graph = graph
         self.hf_token = hf_token
@@ -34,6 +35,7 @@ class ModelCacheArgs:
         self.hub_version = hub_version
         self.fetch_from_hub = fetch_from_hub
         self.wait_for = list(wait_for)
+        self.node_selector = node_selector
 
 
 class ModelCache(pulumi.ComponentResource):
@@ -50,9 +52,13 @@ class ModelCache(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, depends_on=args.wait_for)
         secret = register(f"{name}-hf-token", manifests.hf_token_secret(g, args.hf_token), child)
         self.volume = register(f"{name}-volume", manifests.model_cache_pvc(g, args.storage_class, args.size_gi),
-                               pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=True, retain_on_delete=True)))
+                               pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                                   protect=True, retain_on_delete=True,
+                                   # Sized once: a statically bound claim cannot be resized and none can shrink.
+                                   ignore_changes=["spec.resources.requests.storage"])))
         script = register(f"{name}-verify-script", manifests.verify_script_config_map(g), child)
         self.download = register(
-            f"{name}-download", manifests.download_job(g, args.download_image, args.hub_version, args.fetch_from_hub),
+            f"{name}-download", manifests.download_job(g, args.download_image, args.hub_version, args.fetch_from_hub,
+                                   args.node_selector),
             pulumi.ResourceOptions(parent=self, depends_on=[*args.wait_for, secret, self.volume, script]))
         self.register_outputs({"volume": self.volume.metadata["name"], "modelPath": g.model_path})

@@ -94,6 +94,9 @@ class Role:
     env: tuple[tuple[str, str], ...]
     pod_annotations: tuple[tuple[str, str], ...]
     efa_devices: int = 0          # vpc.amazonaws.com/efa per pod (KV transport over EFA), 0 = none
+    # Pods sharing this group share one NVLink clique: every TP group needs one; roles that hand KV over
+    # NVLink need the same one. With KV over EFA, each role may sit in its own clique (e.g. two x36 racks).
+    nvlink_group: str = ""
 
     @property
     def gpus(self) -> int:
@@ -281,6 +284,7 @@ def _kv_over_efa(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
 
 def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     recipe = load_recipe(cfg.recipe)
+    name = f"kimi-k3-{cfg.recipe}"
     platform = load_platforms()[recipe.platform]
     efa = efa_devices_per_node(cfg, platform.name) if recipe.kv_transport == "efa" else 0
     unknown = sorted(set(cfg.serving.roles) - set(recipe.roles))
@@ -327,6 +331,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             args=flag_list(flags), env=tuple(env.items()),
             pod_annotations=tuple(sorted(recipe.worker.pod_annotations.items())),
             efa_devices=efa,
+            nvlink_group=name if recipe.kv_transport == "nvlink" else f"{name}-{key}",
         ))
     fe = cfg.serving.frontend
     _check_overridable(fe.extra_args, DERIVED_FRONTEND_FLAGS, "kimi-k3:serving.frontend.extraArgs")
@@ -339,7 +344,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         http_port=http_port,
     )
     return ServingGraph(
-        stack=stack, recipe=cfg.recipe, name=f"kimi-k3-{cfg.recipe}", namespace=cfg.serving.namespace,
+        stack=stack, recipe=cfg.recipe, name=name, namespace=cfg.serving.namespace,
         platform=platform, image=image, runtime_version=runtime_version, block_size=recipe.block_size,
         model_repo=cfg.model.repo, model_revision=cfg.model.revision, served_model_name=cfg.model.served_model_name,
         cache_mount_path=cfg.model.cache_mount_path.rstrip("/"), model_path=model_path,

@@ -69,7 +69,8 @@ def verify_script_config_map(graph: ServingGraph) -> Obj:
             "data": {VERIFY_SCRIPT.name: VERIFY_SCRIPT.read_text()}}
 
 
-def download_job(graph: ServingGraph, download_image: str, hub_version: str, fetch_from_hub: bool = True) -> Obj:
+def download_job(graph: ServingGraph, download_image: str, hub_version: str, fetch_from_hub: bool = True,
+                 node_selector: dict[str, str] | None = None) -> Obj:
     """Download (unless the weights were pre-staged, e.g. imported from S3), then verify every shard."""
     n = NAMES
     env = _env([("MODEL_REPO", graph.model_repo), ("MODEL_REVISION", graph.model_revision),
@@ -97,6 +98,7 @@ def download_job(graph: ServingGraph, download_image: str, hub_version: str, fet
                 "metadata": {"labels": {**PART_OF, "app.kubernetes.io/component": "model-download"}},
                 "spec": {
                     "restartPolicy": "Never",
+                    **({"nodeSelector": dict(node_selector)} if node_selector else {}),
                     "initContainers": [{
                         "name": "download", "image": download_image, "command": ["sh", "-c"], "args": [download],
                         "env": env, "volumeMounts": mounts, "securityContext": hardened,
@@ -163,7 +165,7 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
     gpu_affinity = {"nodeSelectorTerms": [{"matchExpressions": [
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": [graph.platform.gpu_product_label]}]}]}
     # Nothing in the scheduler keeps a TP group inside one NVLink domain: require a shared clique.
-    same_clique = [{"labelSelector": {"matchLabels": {NVLINK_GROUP_LABEL: graph.name}}, "topologyKey": CLIQUE_KEY}]
+    same_clique = [{"labelSelector": {"matchLabels": {NVLINK_GROUP_LABEL: role.nvlink_group}}, "topologyKey": CLIQUE_KEY}]
     container = {
         "name": "main", "image": graph.image,
         "command": ["python3", "-m", "dynamo.vllm"], "args": list(role.args), "env": _env(role.env),
@@ -178,7 +180,7 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
         # RDMA/NVLink memory registration needs locked memory; nothing more than that.
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}},
     }
-    pod_meta: Obj = {"labels": {NVLINK_GROUP_LABEL: graph.name}}
+    pod_meta: Obj = {"labels": {NVLINK_GROUP_LABEL: role.nvlink_group}}
     if role.pod_annotations:
         pod_meta["annotations"] = dict(role.pod_annotations)
     component = {

@@ -167,6 +167,7 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
                     "custom": request.custom, "parent": request.parent,
                     "provider": _urn_of(request.provider), "dependsOn": sorted(deps),
                     "protect": bool(request.protect), "retainOnDelete": bool(request.retainOnDelete),
+                    "ignoreChanges": sorted(request.ignoreChanges),
                     "inputs": _plain(json_format.MessageToDict(request.object)),
                 })
             return response

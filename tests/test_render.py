@@ -135,6 +135,7 @@ def _resource(r, type_suffix):
 def test_model_cache_is_protected_and_retained(stack, rendered):
     pvc = _resource(rendered[stack], ":PersistentVolumeClaim")
     assert pvc["protect"] and pvc["retainOnDelete"]
+    assert pvc["ignoreChanges"] == ["spec.resources.requests.storage"], "a new size must not fail `pulumi up`"
     pvc_spec = pvc["inputs"]["spec"]
     assert pvc_spec["accessModes"] == ["ReadWriteMany"]
     size_gi = int(pvc_spec["resources"]["requests"]["storage"].removesuffix("Gi"))
@@ -156,6 +157,7 @@ def test_download_verified_before_workers_start(stack, rendered):
     assert "hf download" in spec["initContainers"][0]["args"][0]
     assert spec["containers"][0]["command"][-1].endswith("verify_checkpoint.py")
     assert job["inputs"]["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Complete"
+    assert spec["nodeSelector"] == {"kimi-k3.io/node-role": "system"}, "eks: the download never takes a GPU node"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -261,3 +263,24 @@ def test_per_user_values_are_placeholders_offline_and_required_by_pulumi_up(stac
     with pytest.raises(RenderError, match="capacityReservationId") as info:
         render_config(stack, as_engine_passes_it, {"kimi-k3:hfToken"}, ROOT)
     assert info.value.registered == []
+
+
+def _clique_groups(r):
+    return {c["type"]: c["podTemplate"]["metadata"]["labels"]["kimi-k3.io/nvlink-group"] for c in workers(dgd_of(r))}
+
+
+def test_kv_over_nvlink_keeps_both_roles_in_one_clique(rendered):
+    groups = _clique_groups(rendered["gb300-disagg"])
+    assert groups["prefill"] == groups["decode"], "prefill hands KV to decode over NVLink: same clique"
+    for c in workers(dgd_of(rendered["gb300-disagg"])):
+        assert "LIBFABRIC" not in flag(main_container(c)["args"], "--kv-transfer-config")
+
+
+def test_kv_over_efa_pins_each_role_to_its_own_clique(rendered):
+    groups = _clique_groups(rendered["gb200-disagg"])
+    assert groups["prefill"] != groups["decode"], "KV crosses EFA, so each role may use a different rack"
+    for c in workers(dgd_of(rendered["gb200-disagg"])):
+        main = main_container(c)
+        assert json.loads(flag(main["args"], "--kv-transfer-config"))["kv_connector_extra_config"]["backends"] == [
+            "LIBFABRIC"]
+        assert int(main["resources"]["limits"]["vpc.amazonaws.com/efa"]) > 0
