@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from kimi_k3 import planner
+from kimi_k3 import aws, planner
 from kimi_k3.stacks import StackError
 
 
@@ -82,9 +82,13 @@ def _from_graph(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
                               replicas=r.replicas, gpu_memory_utilization=r.gpu_memory_utilization,
                               kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len)
              for r in graph.roles]
+    billed = None
+    if cfg.cluster.mode == "eks":  # a Capacity Block is paid whole: the reservation's instances, used or not
+        nodes = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes)
+        billed = nodes.max_nodes if nodes.capacity_type == "CAPACITY_BLOCK" else None
     pricing = None if cfg.pricing is None else planner.Pricing(
         instance_hour_usd=cfg.pricing.instance_hour_usd, gpus_per_instance=graph.platform.gpus_per_node,
-        source=cfg.pricing.source, as_of=cfg.pricing.as_of)
+        source=cfg.pricing.source, as_of=cfg.pricing.as_of, billed_instances=billed)
     fsx = cfg.storage.fsx  # the stack's filesystem size and tier set its aggregate throughput
     stack = planner.plan_stack(roles, pricing, planner.load_storage_backends(fsx.storage_capacity_gib / 1024,
                                                                              fsx.per_unit_storage_throughput),
@@ -118,6 +122,9 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
         ("[stack]", f"{stack.gpus} GPUs on {stack.nodes} nodes = {stack.gpu_hours_per_hour} GPU-hours per hour"),
         ("cost per hour", "no price configured" if cost is None else
          f"${cost:,.2f} ({stack.pricing.source}, {stack.pricing.as_of})"),
+        *([("  billed as", f"one Capacity Block of {stack.pricing.billed_instances} instances; the stack's "
+                           f"{stack.nodes} cost ${stack.used_cost_per_hour_usd:,.2f}")]
+          if cost is not None and stack.pricing.billed_instances else []),
         ("$ per million output tokens", f"${per_mtok:,.4f}" if per_mtok is not None else
          ("no price configured" if cost is None else "give --output-tokens-per-second")),
     ]

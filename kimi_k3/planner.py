@@ -102,6 +102,7 @@ class Pricing:
     gpus_per_instance: int
     source: str
     as_of: str
+    billed_instances: int | None = None  # bought as one block (EC2 Capacity Block): paid for whether used or not
 
 
 @dataclass(frozen=True)
@@ -226,10 +227,19 @@ class StackPlan:
         return self.gpus
 
     @property
-    def cost_per_hour_usd(self) -> float | None:
+    def used_cost_per_hour_usd(self) -> float | None:
+        """What the GPUs the stack uses cost (its share of a larger block)."""
         if self.pricing is None:
             return None
         return self.gpus * self.pricing.instance_hour_usd / self.pricing.gpus_per_instance
+
+    @property
+    def cost_per_hour_usd(self) -> float | None:
+        """What the stack costs to run: a Capacity Block is billed whole, used or not."""
+        used = self.used_cost_per_hour_usd
+        if used is None or self.pricing.billed_instances is None:
+            return used
+        return max(used, self.pricing.billed_instances * self.pricing.instance_hour_usd)
 
     @property
     def usd_per_million_output_tokens(self) -> float | None:
@@ -247,11 +257,13 @@ class StackPlan:
             "nodes": self.nodes,
             "gpu_hours_per_hour": self.gpu_hours_per_hour,
             "cost_per_hour_usd": None if cost is None else round(cost, 2),
+            "used_cost_per_hour_usd": None if cost is None else round(self.used_cost_per_hour_usd, 2),
             "output_tokens_per_second": self.output_tokens_per_second,
             "usd_per_million_output_tokens": None if per_mtok is None else round(per_mtok, 4),
             "pricing": None if self.pricing is None else {
                 "instance_hour_usd": self.pricing.instance_hour_usd,
                 "gpus_per_instance": self.pricing.gpus_per_instance,
+                "billed_instances": self.pricing.billed_instances,
                 "source": self.pricing.source, "as_of": self.pricing.as_of},
         }
 

@@ -363,8 +363,10 @@ def test_cli_plans_each_stack(stack, gpus, nodes, capsys):
     out = json.loads(capsys.readouterr().out)
     assert (out["gpus"], out["nodes"]) == (gpus, nodes)
     assert all(role["fits"] for role in out["roles"].values())
-    # every stack carries a sourced instance price: p6e Capacity Block $761.904/h per 18-instance UltraServer
-    assert out["cost_per_hour_usd"] == pytest.approx(nodes * 761.904 / 18, rel=1e-4)
+    # every stack carries a sourced instance price: p6e Capacity Block $761.904/h per 18-instance UltraServer,
+    # bought whole: the stack pays for the 18-instance block, of which its nodes are a share
+    assert out["cost_per_hour_usd"] == pytest.approx(761.904, rel=1e-4)
+    assert out["used_cost_per_hour_usd"] == pytest.approx(nodes * 761.904 / 18, rel=1e-4)
 
 
 def test_cli_unknown_stack_is_one_clear_error(capsys):
