@@ -8,7 +8,7 @@ STACKS := gb200 gb200-disagg gb300 gb300-disagg
 PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_BACKEND_URL
 
-.PHONY: venv test render check plan bench pulumi-cli stack preview up clean
+.PHONY: venv test render check plan bench pulumi-cli stack token preview up clean
 
 $(BIN)/kimi-k3: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -40,13 +40,16 @@ pulumi-cli:
 stack: venv pulumi-cli
 	@mkdir -p .pulumi-state
 	pulumi stack select --create $(STACK)
-	@pulumi config get kimi-k3:hfToken --stack $(STACK) >/dev/null 2>&1 || { \
-	  echo "Set your Hugging Face token first: pulumi config set --secret kimi-k3:hfToken hf_... --stack $(STACK)"; exit 1; }
 
-preview: stack
+token: stack
+	@pulumi config get kimi-k3:hfToken --stack $(STACK) >/dev/null 2>&1 || { \
+	  echo "Set your Hugging Face token first (with this backend: export PULUMI_BACKEND_URL=$(PULUMI_BACKEND_URL)):"; \
+	  echo "  pulumi config set --secret kimi-k3:hfToken hf_... --stack $(STACK)"; exit 1; }
+
+preview: token
 	pulumi preview --stack $(STACK) --policy-pack policies --diff
 
-up: stack
+up: token
 	pulumi up --stack $(STACK) --policy-pack policies
 
 clean:

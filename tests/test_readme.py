@@ -28,7 +28,3 @@ def test_every_config_key_is_in_the_readme_configuration_table():
     missing = sorted(k for k in keys(StackConfig) if not re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", table))
     assert missing == []
 
-
-def test_readme_test_command_is_what_ci_runs():
-    assert "make test" in (ROOT / "README.md").read_text()
-    assert "make test" in (ROOT / ".ci" / "run").read_text()
