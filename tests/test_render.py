@@ -36,9 +36,13 @@ def test_cli_render_writes_both_files(stack, tmp_path):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_render_is_byte_identical(stack, rendered, tmp_path):
-    from kimi_k3.render import render_stack
+    """Same commit, same bytes: across processes, hash seeds and working directories."""
+    import os
     rendered[stack].write(tmp_path / "a")
-    render_stack(stack, ROOT).write(tmp_path / "b")
+    proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", stack, "--out", str(tmp_path / "b"),
+                           "--no-critical-path"], cwd=ROOT / "tests", capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert proc.returncode == 0, proc.stderr
     for name in ("manifests.yaml", "resources.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
