@@ -33,13 +33,23 @@ def _defaults() -> dict[str, Any]:
     return recipe_file("addons.yaml")
 
 
+def system_node_affinity() -> dict[str, Any]:
+    """A required node affinity to the system node group (a fresh dict per use)."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": NODE_ROLE_LABEL, "operator": "In", "values": ["system"]}]}]}}}
+
+
 def _system_pinned(key: str, values: dict[str, Any]) -> dict[str, Any]:
-    """Controllers go to the system node group in eks mode (where the label exists)."""
-    system = {"nodeSelector": {NODE_ROLE_LABEL: "system"}}
+    """Controllers go to the system node group in eks mode (where the label exists), through values each chart has:
+    dra-driver-nvidia-gpu 0.4.1 `controller.nodeSelector`; dynamo-platform 1.5.0 has no nodeSelector for the
+    operator or Grove, only `affinity` (`dynamo-operator.controllerManager.affinity`, `grove.affinity`). KAI's
+    `kai-scheduler.global.affinity` would reach every KAI component, so it is left alone; the GPU taint keeps
+    untolerating controllers off the GPU nodes anyway."""
     if key == "draDriver":
-        return merge({"controller": system}, values)
+        return merge({"controller": {"nodeSelector": {NODE_ROLE_LABEL: "system"}}}, values)
     if key == "dynamoPlatform":
-        return merge({"dynamo-operator": {"controllerManager": system}}, values)
+        return merge({"dynamo-operator": {"controllerManager": {"affinity": system_node_affinity()}},
+                      "grove": {"affinity": system_node_affinity()}}, values)
     return values
 
 

@@ -36,7 +36,6 @@ class InstanceFacts:
     name: str
     platform: str
     arch: str
-    gpus: int
     capacity_block_only: bool
     ultraserver_nodes: tuple[int, ...]
     efa: EfaLayout
@@ -44,10 +43,8 @@ class InstanceFacts:
 
 @dataclass(frozen=True)
 class AwsFacts:
-    kubernetes_version: str
     ami_types: dict[str, str]
     instance_types: dict[str, InstanceFacts]
-    fsx_small_size_gib: int
     fsx_size_step_gib: int
 
 
@@ -55,15 +52,15 @@ class AwsFacts:
 def load_aws_facts() -> AwsFacts:
     raw = recipe_file("aws.yaml")
     types = {
-        name: InstanceFacts(name=name, platform=t["platform"], arch=t["arch"], gpus=t["gpus"],
+        name: InstanceFacts(name=name, platform=t["platform"], arch=t["arch"],
                             capacity_block_only=t["capacity_block_only"],
                             ultraserver_nodes=tuple(t["ultraserver_nodes"]),
                             efa=EfaLayout(t["efa"]["primary_card"], tuple(t["efa"]["efa_only_cards"])))
         for name, t in raw["instance_types"].items()
     }
     fsx = raw["fsx_persistent_2"]
-    return AwsFacts(kubernetes_version=raw["kubernetes_version"], ami_types=dict(raw["ami_types"]),
-                    instance_types=types, fsx_small_size_gib=fsx["small_size_gib"], fsx_size_step_gib=fsx["size_step_gib"])
+    return AwsFacts(ami_types=dict(raw["ami_types"]),
+                    instance_types=types, fsx_size_step_gib=fsx["size_step_gib"])
 
 
 def default_instance_type(platform: str) -> str:
@@ -91,9 +88,10 @@ class GpuNodePlan:
     capacity_type: str
     reservation_id: Optional[str]
     availability_zone: str
-    nodes: int                  # what the recipe needs: the node group's desired size
+    nodes: int                  # what the recipe needs
     max_nodes: int              # what the reservation holds
     ultra_server_nodes: Optional[int]
+    desired_nodes: int          # the node group's desired size: `nodes` (or more), or 0 while it must be empty
 
     @property
     def capacity_block(self) -> bool:
@@ -144,9 +142,13 @@ def gpu_node_plan(cfg: StackConfig, platform: str, nodes: int) -> GpuNodePlan:
     if nodes > reservation:
         raise ConfigError(f"{GPU_KEY}.reservationNodes = {reservation}: recipe {cfg.recipe} needs {nodes} GPU nodes, more "
                           f"than the reservation holds; allowed: >= {nodes} (buy a larger Capacity Block or reduce replicas)")
+    desired = nodes if g.desired_nodes is None else g.desired_nodes
+    if desired and not nodes <= desired <= reservation:
+        raise ConfigError(f"{GPU_KEY}.desiredNodes = {desired}: recipe {cfg.recipe} needs {nodes} GPU nodes and the "
+                          f"reservation holds {reservation}; allowed: 0 (scale to zero) or {nodes}..{reservation}")
     return GpuNodePlan(instance=inst, ami_type=g.ami_type, capacity_type=capacity,
                        reservation_id=g.capacity_reservation_id, availability_zone=g.availability_zone,
-                       nodes=nodes, max_nodes=reservation, ultra_server_nodes=ultra)
+                       nodes=nodes, max_nodes=reservation, ultra_server_nodes=ultra, desired_nodes=desired)
 
 
 # --- node bootstrap ------------------------------------------------------------------------------------------------
@@ -261,12 +263,6 @@ def subnet_plan(cfg: StackConfig) -> list[SubnetPlan]:
 
 # --- storage -------------------------------------------------------------------------------------------------------
 
-def fsx_throughput_gbps(cfg: StackConfig) -> float:
-    """Aggregate FSx throughput (GB/s): storage TiB x per-unit MB/s/TiB."""
-    f = cfg.storage.fsx
-    return f.storage_capacity_gib / 1024 * f.per_unit_storage_throughput / 1000
-
-
 def static_pv(name: str, capacity_gi: int, driver: str, volume_handle: Any, attributes: dict[str, Any],
               claim_namespace: str, claim_name: str, mount_options: Optional[list[str]] = None) -> dict[str, Any]:
     """A PersistentVolume pre-bound (claimRef) to the model-cache PVC, reclaim policy Retain.
@@ -310,7 +306,7 @@ def pv_size_gi(cfg: StackConfig, cache_gi: int) -> int:
 
 def check_storage(cfg: StackConfig, cache_gi: int) -> None:
     if cfg.storage.resolved_kind == "fsx-lustre" and cache_gi > cfg.storage.fsx.storage_capacity_gib:
-        cap = cfg.storage.fsx.storage_capacity_gib
-        need = next(n for n in range(2400, 10**6, 2400) if n >= cache_gi)
+        cap, step = cfg.storage.fsx.storage_capacity_gib, load_aws_facts().fsx_size_step_gib
+        need = -(-cache_gi // step) * step
         raise ConfigError(f"kimi-k3:storage.fsx.storageCapacityGiB = {cap}: the model cache needs {cache_gi} GiB; "
-                          f"allowed: {need} or more (a multiple of 2400)")
+                          f"allowed: {need} or more (a multiple of {step})")

@@ -63,6 +63,10 @@ class GpuNodesConfig(Strict):
                                                description="instances per UltraServer: 9 (x36) or 18 (x72)")
     reservation_nodes: Optional[int] = Field(None, alias="reservationNodes", ge=1,
                                              description="instances in the reservation; default: one UltraServer")
+    desired_nodes: Optional[int] = Field(
+        None, alias="desiredNodes", ge=0,
+        description="node group desired size; default: the recipe's nodes. 0 scales the group to zero, as EKS "
+        "requires before a Capacity Block node group is upgraded and advises before the block ends (docs/aws.md)")
     root_volume_gib: int = Field(200, alias="rootVolumeGiB", ge=50)
 
 
@@ -83,24 +87,43 @@ class ClusterConfig(Strict):
                                           description="zones of the control plane and system nodes (EKS needs two)")
     admin_principal_arns: list[str] = Field(default_factory=list, alias="adminPrincipalArns",
                                             description="IAM principals given cluster-admin access entries")
+    public_access_cidrs: list[str] = Field(
+        ["0.0.0.0/0"], alias="publicAccessCidrs", min_length=1,
+        description="IPv4 CIDRs that may reach the public EKS API endpoint (the private endpoint is always on); "
+        "the default is the whole internet: restrict it to where pulumi and kubectl run")
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig, alias="systemNodes")
     gpu_nodes: GpuNodesConfig = Field(default_factory=GpuNodesConfig, alias="gpuNodes")
 
     @field_validator("kubernetes_version")
     @classmethod
     def _dra_ga(cls, v: str) -> str:
-        if int(v.split(".")[1]) < 34:
-            raise ValueError(f"Kubernetes {v} has no resource.k8s.io/v1 (DRA GA); allowed: 1.34 or later")
+        from .data import recipe_file
+        least = recipe_file("aws.yaml")["min_kubernetes_version"]
+        if int(v.split(".")[1]) < int(least.split(".")[1]):
+            raise ValueError(f"Kubernetes {v} has no resource.k8s.io/v1 (DRA GA); allowed: {least} or later")
+        return v
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidrs(cls, v: list[str]) -> list[str]:
+        import ipaddress
+        for cidr in v:
+            try:
+                ipaddress.IPv4Network(cidr)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not an IPv4 CIDR ({exc}); allowed: e.g. 203.0.113.0/24, "
+                                 "198.51.100.7/32") from None
         return v
 
 
 class FsxConfig(Strict):
     """`kimi-k3:storage.fsx`: the FSx for Lustre PERSISTENT_2 filesystem of the model cache."""
 
-    storage_capacity_gib: int = Field(4800, alias="storageCapacityGiB", ge=1200,
-                                      description="1200 or a multiple of 2400 GiB")
-    per_unit_storage_throughput: Literal[125, 250, 500, 1000] = Field(1000, alias="perUnitStorageThroughput",
-                                                                      description="MB/s per TiB")
+    storage_capacity_gib: int = Field(4800, alias="storageCapacityGiB", ge=1,
+                                      description="1200 or a multiple of 2400 GiB (recipes/aws.yaml); aggregate "
+                                      "throughput = TiB x perUnitStorageThroughput, the cold-start lever (docs/aws.md)")
+    per_unit_storage_throughput: int = Field(1000, alias="perUnitStorageThroughput",
+                                             description="MB/s per TiB: 125, 250, 500 or 1000 (recipes/aws.yaml)")
     efa_enabled: bool = Field(True, alias="efaEnabled", description="EFA + GPUDirect Storage clients (Lustre 2.15)")
     file_system_type_version: str = Field("2.15", alias="fileSystemTypeVersion")
     s3_import_path: Optional[str] = Field(None, alias="s3ImportPath", pattern=r"^s3://[a-z0-9.-]{3,63}(/.*)?$",
@@ -109,8 +132,21 @@ class FsxConfig(Strict):
     @field_validator("storage_capacity_gib")
     @classmethod
     def _size(cls, v: int) -> int:
-        if v != 1200 and v % 2400:
-            raise ValueError(f"{v} GiB is not a PERSISTENT_2 size; allowed: 1200 or a multiple of 2400 (2400, 4800, ...)")
+        from .data import recipe_file
+        p2 = recipe_file("aws.yaml")["fsx_persistent_2"]
+        small, step = p2["small_size_gib"], p2["size_step_gib"]
+        if v != small and (v < step or v % step):
+            raise ValueError(f"{v} GiB is not a PERSISTENT_2 size; allowed: {small} or a multiple of {step} "
+                             f"({step}, {2 * step}, ...)")
+        return v
+
+    @field_validator("per_unit_storage_throughput")
+    @classmethod
+    def _per_unit(cls, v: int) -> int:
+        from .data import recipe_file
+        allowed = recipe_file("aws.yaml")["fsx_persistent_2"]["per_unit_throughputs"]
+        if v not in allowed:
+            raise ValueError(f"{v} MB/s/TiB is not a PERSISTENT_2 throughput; allowed: {', '.join(map(str, allowed))}")
         return v
 
 

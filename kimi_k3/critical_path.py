@@ -7,6 +7,7 @@ and worker load come from kimi_k3.planner (one implementation of bytes / bandwid
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -80,7 +81,10 @@ def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
         key = HELM_KEYS.get(inputs.get("name", ""), "helm_gpu_operator")
         return est.of(key), key
     if t == "kubernetes:batch/v1:Job":
-        return est.download_seconds, f"download {est.download_gbps:g} GB/s"
+        verify = est.of("verify_checkpoint")
+        if downloads_from_hub(inputs):
+            return est.download_seconds + verify, f"download {est.download_gbps:g} GB/s + verify"
+        return verify, "verify_checkpoint (pre-staged weights, no download)"
     if t.endswith(":DynamoGraphDeployment"):
         return est.load_seconds + est.of("worker_warmup"), "weights load (planner) + warm-up"
     if t.startswith("aws:iam/"):
@@ -88,6 +92,14 @@ def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
     if t.startswith("aws:"):
         return est.of("aws_default"), "aws_default"
     return est.of("kubernetes_default"), "kubernetes_default"
+
+
+def downloads_from_hub(job_inputs: dict[str, Any]) -> bool:
+    """Whether a model-cache Job runs `hf download` (with storage.fsx.s3ImportPath it only verifies)."""
+    pod = job_inputs.get("spec", {}).get("template", {}).get("spec", {})
+    commands = [c.get("command", []) + c.get("args", [])
+                for c in pod.get("initContainers", []) + pod.get("containers", [])]
+    return "hf download" in json.dumps(commands)
 
 
 @dataclass(frozen=True)

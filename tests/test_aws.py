@@ -7,7 +7,8 @@ import json
 import pytest
 import yaml
 
-from conftest import STACKS, assert_one_clear_error, by_kind, main_container, render_with, workers
+from conftest import ROOT, STACKS, assert_one_clear_error, by_kind, main_container, render_with, workers
+from kimi_k3.stacks import read_stack_config
 
 INSTANCE = {"gb200": "p6e-gb200.36xlarge", "gb200-disagg": "p6e-gb200.36xlarge",
             "gb300": "p6e-gb300.36xlarge", "gb300-disagg": "p6e-gb300.36xlarge"}
@@ -17,6 +18,13 @@ NODES = {"gb200": 4, "gb200-disagg": 8, "gb300": 4, "gb300-disagg": 6}
 def one(r, type_, suffix=""):
     (res,) = [x for x in r.resources if x["type"] == type_ and x["name"].endswith(suffix)]
     return res
+
+
+def eks_cluster(stack, **changes):
+    """The stack's `kimi-k3:cluster` (with the offline reservation placeholder), keys replaced; gpuNodes merged."""
+    cluster = json.loads(read_stack_config(stack, ROOT).config["kimi-k3:cluster"])
+    gpu = changes.pop("gpuNodes", {})
+    return {**cluster, **changes, "gpuNodes": {**cluster["gpuNodes"], **gpu}}
 
 
 def release(r, chart_name):
@@ -33,6 +41,8 @@ def test_gpu_node_group_on_the_capacity_block(stack, rendered):
     assert "instanceTypes" not in ng, "the launch template carries the instance type"
     assert ng["scalingConfig"]["desiredSize"] == NODES[stack] == r.outputs["nodes"]
     assert ng["scalingConfig"]["maxSize"] == 18, "the reservation: one u-p6e-*x72 UltraServer"
+    # A replacement never needs instances beyond the reservation: old nodes go first, all at once.
+    assert ng["updateConfig"] == {"updateStrategy": "MINIMAL", "maxUnavailablePercentage": 100}
     assert ng["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert ng["labels"]["kimi-k3.io/node-role"] == "gpu"
     lt = one(r, "aws:ec2/launchTemplate:LaunchTemplate", "-gpu-lt")
@@ -55,6 +65,8 @@ def test_eks_control_plane_network_and_access(stack, rendered):
     r = rendered[stack]
     eks = one(r, "aws:eks/cluster:Cluster")["inputs"]
     assert eks["version"] == "1.34"
+    assert eks["vpcConfig"]["endpointPrivateAccess"] is True
+    assert eks["vpcConfig"]["publicAccessCidrs"] == ["0.0.0.0/0"], "default: today's behaviour (docs: restrict it)"
     assert eks["accessConfig"]["authenticationMode"] == "API"
     system = one(r, "aws:eks/nodeGroup:NodeGroup", "-system-nodes")["inputs"]
     assert system["capacityType"] == "ON_DEMAND" and system["labels"] == {"kimi-k3.io/node-role": "system"}
@@ -81,6 +93,21 @@ def test_fsx_filesystem_and_cache_volume_are_protected_and_bound(stack, rendered
     assert spec["claimRef"] == {"namespace": pvc["metadata"]["namespace"], "name": pvc["metadata"]["name"]}
     assert spec["storageClassName"] == pvc["spec"]["storageClassName"] == "", "static binding, no provisioner"
     assert r.outputs["filesystemId"] == "kimi-k3-storage-fsx-id"
+
+
+def test_public_endpoint_restricted_to_configured_cidrs():
+    r = render_with("gb300", cluster=eks_cluster("gb300", publicAccessCidrs=["203.0.113.0/24", "198.51.100.7/32"]))
+    vpc = one(r, "aws:eks/cluster:Cluster")["inputs"]["vpcConfig"]
+    assert vpc["publicAccessCidrs"] == ["203.0.113.0/24", "198.51.100.7/32"]
+    assert vpc["endpointPrivateAccess"] is True and vpc["endpointPublicAccess"] is True
+
+
+def test_gpu_node_group_scaled_to_zero():
+    """desiredNodes 0: before the block is active, before it ends, and before a node group upgrade (EKS docs)."""
+    r = render_with("gb300-disagg", cluster=eks_cluster("gb300-disagg", gpuNodes={"desiredNodes": 0}))
+    scaling = one(r, "aws:eks/nodeGroup:NodeGroup", "-gpu-nodes")["inputs"]["scalingConfig"]
+    assert (scaling["desiredSize"], scaling["minSize"], scaling["maxSize"]) == (0, 0, 18)
+    assert r.outputs["nodes"] == 6, "the graph is unchanged; only the node group is empty"
 
 
 def test_s3_import_path_adds_a_data_repository_association():
@@ -135,6 +162,12 @@ def test_addon_charts_versions_and_values(stack, rendered):
     assert dyn["version"].startswith(("1.4.", "1.5."))
     g = dyn["values"]["global"]
     assert g["grove"]["install"] and g["kai-scheduler"]["install"]
+    # The chart has no nodeSelector for the operator or Grove: they are pinned by a required node affinity.
+    system = {"matchExpressions": [{"key": "kimi-k3.io/node-role", "operator": "In", "values": ["system"]}]}
+    for pinned in (dyn["values"]["dynamo-operator"]["controllerManager"], dyn["values"]["grove"]):
+        assert "nodeSelector" not in pinned
+        assert pinned["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+            "nodeSelectorTerms": [system]}
 
 
 def test_chart_version_and_values_pinned_in_config():
@@ -248,6 +281,15 @@ BAD = {
         "gb300", {"cluster": {"mode": "eks", "gpuNodes": {"instanceType": "p6e-gb200.36xlarge",
                                                          "capacityReservationId": "cr-0123456789abcdef0"}}},
         ["kimi-k3:cluster.gpuNodes.instanceType", "gb200", "allowed: p6e-gb300.36xlarge"]),
+    "GPU node group sized between zero and the recipe": (
+        "gb300", {"cluster": eks_cluster("gb300", gpuNodes={"desiredNodes": 2})},
+        ["kimi-k3:cluster.gpuNodes.desiredNodes", "= 2", "needs 4 GPU nodes", "allowed: 0 (scale to zero) or 4..18"]),
+    "public endpoint CIDR that is not a CIDR": (
+        "gb300", {"cluster": eks_cluster("gb300", publicAccessCidrs=["203.0.113.0/33"])},
+        ["kimi-k3:cluster.publicAccessCidrs", "203.0.113.0/33", "not an IPv4 CIDR", "allowed: e.g."]),
+    "FSx throughput PERSISTENT_2 does not offer": (
+        "gb300", {"storage": {"fsx": {"perUnitStorageThroughput": 300}}},
+        ["kimi-k3:storage.fsx.perUnitStorageThroughput", "300", "allowed: 125, 250, 500, 1000"]),
     "Kubernetes without DRA GA": (
         "gb300", {"cluster": {"mode": "eks", "kubernetesVersion": "1.33"}},
         ["kimi-k3:cluster.kubernetesVersion", "1.33", "allowed: 1.34 or later"]),
@@ -293,3 +335,30 @@ def test_gpu_operator_and_dra_values_agree_with_upstream(shared_reference):
         assert {"install", "enabled"} <= set(platform["global"][sub])
     chart = yaml.safe_load((shared_reference / "dynamo" / "helm-platform" / "Chart.yaml").read_text())
     assert chart["version"] == ours["dynamoPlatform"]["version"]
+
+
+def unknown_value_paths(ours, chart, path=""):
+    """Key paths we set that the chart's values.yaml does not have. Below a chart value that is not a map with keys
+    (`affinity: {}`, `tolerations: []`, a scalar) the value is free-form and not checked further."""
+    out = []
+    for key, value in ours.items():
+        here = f"{path}.{key}" if path else key
+        if key not in chart:
+            out.append(here)
+        elif isinstance(value, dict) and isinstance(chart[key], dict) and chart[key]:
+            out += unknown_value_paths(value, chart[key], here)
+    return out
+
+
+def test_every_value_we_set_exists_in_the_reference_charts(rendered, shared_reference):
+    """A value a chart does not have is silently ignored by helm (nodeSelector on the Dynamo operator was)."""
+    charts = {"dynamo-platform": shared_reference / "dynamo" / "helm-platform" / "values.yaml",
+              "dra-driver-nvidia-gpu": shared_reference / "dra" / "values-v0.4.1.yaml"}
+    for name, values_file in charts.items():
+        chart = yaml.safe_load(values_file.read_text())
+        for stack in STACKS:
+            ours = release(rendered[stack], name)["inputs"]["values"]
+            assert unknown_value_paths(ours, chart) == [], f"{stack}: {name} has no such values"
+    assert unknown_value_paths({"dynamo-operator": {"controllerManager": {"nodeSelector": {}}}},
+                               yaml.safe_load(charts["dynamo-platform"].read_text())) == [
+        "dynamo-operator.controllerManager.nodeSelector"]

@@ -22,7 +22,7 @@ def _path(r, stack, **cfg_overrides):
 def test_longest_path_on_a_toy_graph():
     est = cp.Estimates(seconds={"eks_cluster": 600, "fsx_lustre": 1200, "kubernetes_default": 5,
                                 "aws_default": 15, "gpu_node_group": 900, "system_node_group": 240,
-                                "worker_warmup": 100},
+                                "worker_warmup": 100, "verify_checkpoint": 20},
                        download_gbps=1.0, download_seconds=1000, load_seconds=50)
     res = [
         {"urn": "c", "type": "kimi-k3:model:ModelCache", "name": "c", "parent": "", "dependsOn": ["fs"], "provider": ""},
@@ -30,7 +30,7 @@ def test_longest_path_on_a_toy_graph():
         {"urn": "eks", "type": "aws:eks/cluster:Cluster", "name": "eks", "parent": "", "dependsOn": [], "provider": ""},
         {"urn": "p", "type": "pulumi:providers:kubernetes", "name": "p", "parent": "", "dependsOn": ["eks"], "provider": ""},
         {"urn": "job", "type": "kubernetes:batch/v1:Job", "name": "job", "parent": "c", "dependsOn": ["fs"],
-         "provider": "p"},
+         "provider": "p", "inputs": HUB_JOB},
         {"urn": "cm", "type": "kubernetes:core/v1:ConfigMap", "name": "cm", "parent": "c", "dependsOn": [], "provider": "p"},
         {"urn": "gpu", "type": "aws:eks/nodeGroup:NodeGroup", "name": "gpu", "parent": "", "dependsOn": ["eks"],
          "provider": "", "inputs": {"amiType": "AL2023_ARM_64_NVIDIA"}},
@@ -38,12 +38,24 @@ def test_longest_path_on_a_toy_graph():
          "dependsOn": ["job", "gpu"], "provider": "p"},
     ]
     path = cp.critical_path(res, est)
-    # job: after fs (1200 s) and its provider (eks, 600 s), then the 1000 s download
-    assert path.finish["job"] == 2200 and path.finish["gpu"] == 1500
+    # job: after fs (1200 s) and its provider (eks, 600 s), then the 1000 s download and the 20 s verification
+    assert path.finish["job"] == 2220 and path.finish["gpu"] == 1500
     # as in the engine, the component's own dependsOn (fs) does not hold back a child that does not state it
-    assert path.finish["cm"] == 600 + 5 and path.finish["c"] == 2200
-    assert path.total_seconds == 2200 + 50 + 100
+    assert path.finish["cm"] == 600 + 5 and path.finish["c"] == 2220
+    assert path.total_seconds == 2220 + 50 + 100
     assert [s.name for s in path.steps] == ["fs", "job", "dgd"]
+    # the same Job without `hf download` (weights pre-staged) is charged the verification only
+    verify_only = [dict(r, inputs=VERIFY_JOB) if r["urn"] == "job" else r for r in res]
+    assert cp.critical_path(verify_only, est).finish["job"] == 1200 + 20
+
+
+HUB_JOB = {"spec": {"template": {"spec": {
+    "initContainers": [{"name": "download", "command": ["sh", "-c"],
+                        "args": ["pip install ...\n/opt/hub/bin/hf download \"$MODEL_REPO\" --local-dir ..."]}],
+    "containers": [{"name": "verify", "command": ["python3", "/scripts/verify_checkpoint.py"]}]}}}}
+VERIFY_JOB = {"spec": {"template": {"spec": {
+    "initContainers": [{"name": "download", "command": ["sh", "-c"], "args": ["pip install ..."]}],
+    "containers": [{"name": "verify", "command": ["python3", "/scripts/verify_checkpoint.py"]}]}}}}
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -54,7 +66,10 @@ def test_download_overlaps_gpu_provisioning(stack, rendered):
     assert "kimi-k3-model-cache-download" in names and names[-1] == "kimi-k3-serving-deployment"
     job = next(r for r in rendered[stack].resources if r["type"] == "kubernetes:batch/v1:Job")
     gpu = next(r for r in rendered[stack].resources if r["name"] == "kimi-k3-eks-gpu-nodes")
-    start_job = path.finish[job["urn"]] - cp.estimates(cfg, graph).download_seconds
+    est = cp.estimates(cfg, graph)
+    assert cp.duration(job, est) == (est.download_seconds + est.of("verify_checkpoint"),
+                                     f"download {est.download_gbps:g} GB/s + verify")
+    start_job = path.finish[job["urn"]] - cp.duration(job, est)[0]
     assert start_job < path.finish[gpu["urn"]], "the download starts before the GPU nodes are up"
 
 
@@ -70,6 +85,23 @@ def test_durations_come_from_config_and_the_planner(rendered):
     base = cp.critical_path(rendered["gb300-disagg"].resources, est).total_seconds
     slower = cp.critical_path(rendered["gb300-disagg"].resources, cp.estimates(slow, graph)).total_seconds
     assert slower > base
+
+
+def test_prestaged_weights_are_verified_not_downloaded(rendered):
+    """storage.fsx.s3ImportPath: the Job runs no `hf download`, so it is charged verify_checkpoint, not the Hub."""
+    from conftest import render_with
+    r = render_with("gb300-disagg", storage={"kind": "fsx-lustre", "fsx": {"s3ImportPath": "s3://my-weights/kimi-k3/"}})
+    cfg, graph = load_stack("gb300-disagg", ROOT)
+    est = cp.estimates(cfg, graph)
+    job = next(x for x in r.resources if x["type"] == "kubernetes:batch/v1:Job")
+    assert not cp.downloads_from_hub(job["inputs"])
+    assert cp.duration(job, est) == (est.of("verify_checkpoint"), "verify_checkpoint (pre-staged weights, no download)")
+    assert est.of("verify_checkpoint") < est.download_seconds / 10
+    path = cp.critical_path(r.resources, est)
+    step = next(st for st in path.steps if st.name == job["name"])
+    assert step.finish - step.start == est.of("verify_checkpoint")
+    default = cp.critical_path(rendered["gb300-disagg"].resources, est)
+    assert path.total_seconds < default.total_seconds
 
 
 def test_estimates_override_from_stack_config():

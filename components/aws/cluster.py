@@ -87,7 +87,6 @@ class GpuCluster(pulumi.ComponentResource):
         self.system_subnet_ids = [subnets[s.name].id for s in private if s.role == "system"]
         gpu_subnet = next((s for s in private if s.zone == args.gpu.availability_zone))
         self.gpu_subnet_id = subnets[gpu_subnet.name].id
-        self.private_subnet_ids = [subnets[s.name].id for s in private]
 
         # --- control plane ---
         cluster_role = aws.iam.Role(f"{name}-cluster-role", assume_role_policy=_assume("eks.amazonaws.com"),
@@ -97,8 +96,10 @@ class GpuCluster(pulumi.ComponentResource):
             for p in EKS_POLICIES]
         self.cluster = aws.eks.Cluster(
             f"{name}-eks", version=c.kubernetes_version, role_arn=cluster_role.arn,
+            # Nodes reach the API privately; pulumi and kubectl use the public endpoint, open only to
+            # kimi-k3:cluster.publicAccessCidrs (default 0.0.0.0/0: restrict it).
             vpc_config={"subnet_ids": self.system_subnet_ids, "endpoint_private_access": True,
-                        "endpoint_public_access": True},
+                        "endpoint_public_access": True, "public_access_cidrs": list(c.public_access_cidrs)},
             access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
             enabled_cluster_log_types=["api", "audit", "authenticator"], tags=tags, opts=child(*attachments))
         for i, arn in enumerate(c.admin_principal_arns):
@@ -108,7 +109,6 @@ class GpuCluster(pulumi.ComponentResource):
                                             principal_arn=arn, policy_arn=ADMIN_POLICY,
                                             access_scope={"type": "cluster"}, opts=child(entry))
         cluster_sg = self.cluster.vpc_config.cluster_security_group_id
-        self.node_security_group_id = cluster_sg
 
         # --- nodes ---
         node_role = aws.iam.Role(f"{name}-node-role", assume_role_policy=_assume("ec2.amazonaws.com"), tags=tags,
@@ -142,9 +142,14 @@ class GpuCluster(pulumi.ComponentResource):
             subnet_ids=[self.gpu_subnet_id], ami_type=gpu.ami_type, capacity_type=gpu.capacity_type,
             launch_template={"id": self.gpu_launch_template.id,
                              "version": self.gpu_launch_template.latest_version.apply(str)},
-            scaling_config={"desired_size": gpu.nodes, "min_size": 0, "max_size": gpu.max_nodes},
-            # Capacity Block node groups must be scaled to 0 before an upgrade (EKS capacity-blocks-mng).
-            update_config={"max_unavailable": 1},
+            # Desired = the recipe's nodes, or 0 (kimi-k3:cluster.gpuNodes.desiredNodes): EKS capacity-blocks-mng and
+            # the UltraServer guide require desired size 0 before a Capacity Block node group is upgraded, and
+            # instances launch only while the block is active (docs/aws.md step 1).
+            scaling_config={"desired_size": gpu.desired_nodes, "min_size": 0, "max_size": gpu.max_nodes},
+            # A rolling replacement that happens anyway (a launch template change with nodes running) must not
+            # need instances beyond the reservation: MINIMAL terminates old nodes before launching new ones
+            # (EKS NodegroupUpdateConfig), all at once, since a TP group spans nodes and breaks with any of them.
+            update_config={"update_strategy": "MINIMAL", "max_unavailable_percentage": 100},
             labels=spec.gpu_node_labels(args.platform), taints=[spec.GPU_TAINT], tags=tags,
             opts=child(*node_policies))
 
