@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .data import recipe_file
+
 NAMESPACE = "kimi-k3"
 SECRET_KEYS = ("hfToken", "kubeconfig")
 
@@ -97,7 +99,6 @@ class ClusterConfig(Strict):
     @field_validator("kubernetes_version")
     @classmethod
     def _dra_ga(cls, v: str) -> str:
-        from .data import recipe_file
         least = recipe_file("aws.yaml")["min_kubernetes_version"]
         if int(v.split(".")[1]) < int(least.split(".")[1]):
             raise ValueError(f"Kubernetes {v} has no resource.k8s.io/v1 (DRA GA); allowed: {least} or later")
@@ -119,10 +120,12 @@ class ClusterConfig(Strict):
 class FsxConfig(Strict):
     """`kimi-k3:storage.fsx`: the FSx for Lustre PERSISTENT_2 filesystem of the model cache."""
 
-    storage_capacity_gib: int = Field(4800, alias="storageCapacityGiB", ge=1,
+    storage_capacity_gib: int = Field(recipe_file("storage.yaml")["fsx_lustre"]["size_gib"], alias="storageCapacityGiB",
+                                      ge=1,
                                       description="1200 or a multiple of 2400 GiB (recipes/aws.yaml); aggregate "
                                       "throughput = TiB x perUnitStorageThroughput, the cold-start lever (docs/aws.md)")
-    per_unit_storage_throughput: int = Field(1000, alias="perUnitStorageThroughput",
+    per_unit_storage_throughput: int = Field(recipe_file("storage.yaml")["fsx_lustre"]["per_unit_mbps_per_tib"],
+                                             alias="perUnitStorageThroughput",
                                              description="MB/s per TiB: 125, 250, 500 or 1000 (recipes/aws.yaml)")
     efa_enabled: bool = Field(True, alias="efaEnabled", description="EFA + GPUDirect Storage clients (Lustre 2.15)")
     file_system_type_version: str = Field("2.15", alias="fileSystemTypeVersion")
@@ -132,7 +135,6 @@ class FsxConfig(Strict):
     @field_validator("storage_capacity_gib")
     @classmethod
     def _size(cls, v: int) -> int:
-        from .data import recipe_file
         p2 = recipe_file("aws.yaml")["fsx_persistent_2"]
         small, step = p2["small_size_gib"], p2["size_step_gib"]
         if v != small and (v < step or v % step):
@@ -143,7 +145,6 @@ class FsxConfig(Strict):
     @field_validator("per_unit_storage_throughput")
     @classmethod
     def _per_unit(cls, v: int) -> int:
-        from .data import recipe_file
         allowed = recipe_file("aws.yaml")["fsx_persistent_2"]["per_unit_throughputs"]
         if v not in allowed:
             raise ValueError(f"{v} MB/s/TiB is not a PERSISTENT_2 throughput; allowed: {', '.join(map(str, allowed))}")

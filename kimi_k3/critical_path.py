@@ -60,7 +60,7 @@ def _cache_backend(cfg: StackConfig) -> planner.StorageBackend:
     kind = cfg.storage.resolved_kind
     if kind == "fsx-lustre":
         f = cfg.storage.fsx
-        return planner.load_storage_backends(f.storage_capacity_gib / 1024, f.per_unit_storage_throughput)["fsx_lustre"]
+        return planner.load_storage_backends(f.storage_capacity_gib, f.per_unit_storage_throughput)["fsx_lustre"]
     if kind == "efs":
         return planner.load_storage_backends()["efs"]
     provisioner = cfg.storage.provisioner or ""

@@ -90,7 +90,7 @@ def _from_graph(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
         instance_hour_usd=cfg.pricing.instance_hour_usd, gpus_per_instance=graph.platform.gpus_per_node,
         source=cfg.pricing.source, as_of=cfg.pricing.as_of, billed_instances=billed)
     fsx = cfg.storage.fsx  # the stack's filesystem size and tier set its aggregate throughput
-    stack = planner.plan_stack(roles, pricing, planner.load_storage_backends(fsx.storage_capacity_gib / 1024,
+    stack = planner.plan_stack(roles, pricing, planner.load_storage_backends(fsx.storage_capacity_gib,
                                                                              fsx.per_unit_storage_throughput),
                                output_tokens_per_second=args.output_tokens_per_second)
     if args.kv_budget_gib is not None:

@@ -297,16 +297,16 @@ def load_platforms() -> dict[str, Platform]:
     return {name: Platform(name=name, **p) for name, p in recipe_file("platforms.yaml").items()}
 
 
-def load_storage_backends(fsx_size_tib: float | None = None,
+def load_storage_backends(fsx_size_gib: float | None = None,
                           fsx_mbps_per_tib: float | None = None) -> dict[str, StorageBackend]:
     """Backends from recipes/storage.yaml; FSx aggregate = size x per-unit throughput (overridable per stack)."""
     out = {}
     for name, b in recipe_file("storage.yaml").items():
         aggregate = b.get("aggregate_gbps")
-        if "size_tib" in b:
-            size = fsx_size_tib if fsx_size_tib is not None else b["size_tib"]
+        if "size_gib" in b:
+            size = fsx_size_gib if fsx_size_gib is not None else b["size_gib"]
             unit = fsx_mbps_per_tib if fsx_mbps_per_tib is not None else b["per_unit_mbps_per_tib"]
-            aggregate = size * unit / 1000
+            aggregate = size / 1024 * unit / 1000
         out[name] = StorageBackend(name=name, description=b["description"], shared=b["shared"],
                                    per_client_gbps=b["per_client_gbps"], aggregate_gbps=aggregate)
     return out

@@ -242,8 +242,8 @@ def test_load_seconds_shared_aggregate_limit():
 
 def test_fsx_aggregate_is_size_times_per_unit_throughput():
     # PERSISTENT_2: storage TiB x MB/s/TiB (docs.aws.amazon.com FSx for Lustre, managing throughput capacity).
-    backends = planner.load_storage_backends(fsx_size_tib=9.6, fsx_mbps_per_tib=500)
-    assert backends["fsx_lustre"].aggregate_gbps == pytest.approx(4.8)
+    backends = planner.load_storage_backends(fsx_size_gib=9600, fsx_mbps_per_tib=500)
+    assert backends["fsx_lustre"].aggregate_gbps == pytest.approx(9600 / 1024 * 0.5)
     assert set(planner.load_storage_backends()) == {"fsx_lustre", "efs", "nvme", "s3"}
 
 
@@ -264,9 +264,9 @@ def test_stack_gpus_nodes_cost_and_shared_cold_start(facts):
     assert stack.cost_per_hour_usd == pytest.approx(6 * 100.0)
     # $600/h over 10,000 tok/s x 3600 s = 36M tokens/h -> $16.67 per million.
     assert stack.usd_per_million_output_tokens == pytest.approx(600 / 36)
-    # All 6 pods read the whole checkpoint through the 4.8 TiB x 1000 MB/s FSx at once.
+    # All 6 pods read the whole checkpoint through the default 4800 GiB (4.6875 TiB) x 1000 MB/s/TiB FSx at once.
     fsx = stack.roles[0].plan.load_seconds["fsx_lustre"]
-    assert fsx == pytest.approx(6 * planner.checkpoint_bytes(facts) / (4.8 * GB))
+    assert fsx == pytest.approx(6 * planner.checkpoint_bytes(facts) / (4800 / 1024 * GB))
     out = stack.to_json()
     assert {"gpus", "nodes", "cost_per_hour_usd"} <= set(out)
     assert set(out["roles"]) == {"prefill", "decode"}
