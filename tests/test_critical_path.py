@@ -112,8 +112,8 @@ def test_estimates_override_from_stack_config():
     assert cfg.estimates.download_gbps == 2.5 and cfg.estimates.seconds["fsx_lustre"] == 60
 
 
-def test_render_prints_the_critical_path():
-    proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", "gb300-disagg", "--out", "/tmp/kimi-k3-cp"],
+def test_render_prints_the_critical_path(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", "gb300-disagg", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "critical path (estimated time to first token" in proc.stdout
