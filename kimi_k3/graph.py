@@ -10,6 +10,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, ValidationError
 
 from .data import recipe_file
+from .images import image_tag, names_runtime_version, pin_problem
 from .aws import efa_devices_per_node
 from .planner import Platform, load_platforms, memory_fit
 from .config import (
@@ -199,20 +200,14 @@ def _check_overridable(flags: dict[str, FlagValue], derived: dict[str, str], key
             raise ConfigError(f"{key}: {flag} is derived by the graph; set {derived[flag]} instead")
 
 
-def _image_tag(image: str) -> str:
-    last = image.rsplit("/", 1)[-1]
-    return last.split(":", 1)[1] if ":" in last and "@" not in last else ""
-
-
 def _resolve_image(recipe: Recipe, cfg: StackConfig) -> tuple[str, Optional[str]]:
     image = cfg.serving.image or recipe.image
-    tag = _image_tag(image)
-    if "@sha256:" not in image and (not tag or tag == "latest"):
+    if pin_problem(image):
         raise ConfigError(f"kimi-k3:serving.image = {image!r}: pin a version tag or digest (no 'latest', no untagged image)")
     version = cfg.serving.runtime_version or (recipe.runtime_version if cfg.serving.image is None else None)
-    if version is None and not SEMVER.match(tag):
-        raise ConfigError(f"kimi-k3:serving.runtimeVersion: required because image tag {tag!r} is not semver "
-                          "(the Dynamo operator needs runtimeVersionOverride), e.g. 1.4.0")
+    if version is None and not names_runtime_version(image):
+        raise ConfigError(f"kimi-k3:serving.runtimeVersion: required because image tag {image_tag(image)!r} is not "
+                          "semver (the Dynamo operator needs runtimeVersionOverride), e.g. 1.4.0")
     if version is not None and not SEMVER.match(version):
         raise ConfigError(f"kimi-k3:serving.runtimeVersion = {version!r}: must be semver MAJOR.MINOR.PATCH")
     return image, version

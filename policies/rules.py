@@ -11,12 +11,12 @@ Each check yields `Finding` (a violation) or `Skipped` (the rule could not be ev
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 
 from kimi_k3 import flags
+from kimi_k3.images import image_tag, names_runtime_version, pin_problem
 from kimi_k3.manifests import EFA_RESOURCE as EFA
 from kimi_k3.planner import Platform, load_platforms, memory_fit
 
@@ -36,7 +36,6 @@ PROBE_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "failureThresho
 DEFAULT_MIN_STARTUP_SECONDS = 3600
 # Pulumi types of filesystems that hold the model cache outside Kubernetes.
 CACHE_FILESYSTEM_TYPES = ("aws:fsx/lustreFileSystem:LustreFileSystem", "aws:efs/fileSystem:FileSystem")
-_PLAIN_SEMVER = re.compile(r"^v?\d+\.\d+\.\d+$")
 _WORKLOAD_TEMPLATE_PATHS = {
     "Pod": ("spec",),
     "Job": ("spec", "template", "spec"),
@@ -577,39 +576,20 @@ def check_kv_router_has_kv_events(obj: Mapping, ctx: Context) -> Iterator[Result
 
 
 # ---------------------------------------------------------------------------------------- safety
-def _image_problem(image: Optional[str]) -> Optional[str]:
-    if not image:
-        return "has no image"
-    if "@sha256:" in image:
-        return None
-    last = image.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return f"image {image} is untagged (means latest)"
-    if last.rsplit(":", 1)[1] == "latest":
-        return f"image {image} uses the latest tag"
-    return None
-
-
 def check_images_pinned(obj: Mapping, ctx: Context) -> Iterator[Result]:
     for label, spec in pod_specs(obj):
         for container in all_containers(spec):
-            problem = _image_problem(container.get("image"))
+            problem = pin_problem(container.get("image"))
             if problem:
                 yield Finding(target_of(obj), f"{label} container {container.get('name')}: {problem}")
-
-
-def image_tag(image: str) -> Optional[str]:
-    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
-    return last.rsplit(":", 1)[1] if ":" in last else None
 
 
 def check_runtime_version_declared(obj: Mapping, ctx: Context) -> Iterator[Result]:
     for comp in components(obj):
         image = (main_container(comp) or {}).get("image") or ""
-        tag = image_tag(image)
-        if tag and _PLAIN_SEMVER.match(tag) or comp.get("runtimeVersionOverride"):
+        if names_runtime_version(image) or comp.get("runtimeVersionOverride"):
             continue
-        yield Finding(target_of(obj), f"component {comp.get('name')}: image tag {tag!r} is not a plain "
+        yield Finding(target_of(obj), f"component {comp.get('name')}: image tag {image_tag(image)!r} is not a plain "
                       "MAJOR.MINOR.PATCH Dynamo version (a pre-release orders before its release); "
                       "set runtimeVersionOverride")
 
