@@ -22,7 +22,7 @@ BUDGET_SECONDS = 30.0
 def cold_diff(base: str) -> tuple[float, dict]:
     """Wall seconds and the JSON report of one `kimi-k3 diff` process."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "diff", "--base", base, "--format", "json"],
+    proc = subprocess.run([sys.executable, "-m", "kimi_k3", "diff", "--base", base, "--format", "json"],
                           cwd=ROOT, check=True, capture_output=True, text=True)
     return time.perf_counter() - start, json.loads(proc.stdout)
 

@@ -26,7 +26,7 @@ def cold_render(stack: str, out: Path) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one `kimi-k3 render` process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", stack, "--out", str(out)],
+    subprocess.run([sys.executable, "-m", "kimi_k3", "render", stack, "--out", str(out)],
                    cwd=ROOT, check=True, capture_output=True)
     elapsed = time.perf_counter() - start
     rss = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024

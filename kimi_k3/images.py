@@ -1,6 +1,6 @@
 """Container image references: is one pinned, and does its tag name a Dynamo runtime version.
 
-One implementation for the config check (kimi_k3/graph.py) and the policy rules (policies/rules.py)."""
+One implementation for the config check (kimi_k3/graph.py) and the policy rules (policies/rules/)."""
 from __future__ import annotations
 
 import re

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kimi_k3.config import SECRET_KEYS
-from kimi_k3.render import render_config, render_stack
+from kimi_k3.commands.render import render_config, render_stack
 from kimi_k3.stacks import read_stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def flag(args: list[str], name: str):
 
 def assert_one_clear_error(stack: str, overrides: dict, expected: list[str]) -> None:
     """Bad input: one short message holding every expected part, and nothing registered."""
-    from kimi_k3.render import RenderError
+    from kimi_k3.commands.render import RenderError
     with pytest.raises(RenderError) as info:
         render_with(stack, **overrides)
     message = str(info.value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import assert_one_clear_error
-from kimi_k3.render import RenderError
+from kimi_k3.commands.render import RenderError
 
 CASES = {
     "unknown recipe": (
@@ -71,7 +71,7 @@ def test_bad_input_one_clear_error_and_nothing_registered(name):
 
 def test_token_set_without_secret_is_rejected():
     from conftest import ROOT, stack_config
-    from kimi_k3.render import render_config
+    from kimi_k3.commands.render import render_config
     config, secrets = stack_config("gb300", hfToken="hf_abc")
     secrets.discard("kimi-k3:hfToken")
     with pytest.raises(RenderError, match=r"kimi-k3:hfToken: stored in plaintext.*--secret") as info:

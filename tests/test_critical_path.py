@@ -113,7 +113,7 @@ def test_estimates_override_from_stack_config():
 
 
 def test_render_prints_the_critical_path(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", "gb300-disagg", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "kimi_k3", "render", "gb300-disagg", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "critical path (estimated time to first token" in proc.stdout

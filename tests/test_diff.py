@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from kimi_k3 import diff
+from kimi_k3.commands import diff
 
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
@@ -46,7 +46,7 @@ def repo(tmp_path_factory) -> Path:
         "ucx": [("recipes/gb200-disagg.yaml", "UCX_TLS: cuda_copy,cuda_ipc,tcp", "UCX_TLS: ^cuda_ipc")],
         # Code, not data: only visible if each side is rendered by its own revision's code.
         "code": [("kimi_k3/manifests.py", '"app.kubernetes.io/part-of": "kimi-k3"', '"app.kubernetes.io/part-of": "kimi"')],
-        "no-render": [("kimi_k3/render.py", "from __future__ import annotations\n",
+        "no-render": [("kimi_k3/commands/render.py", "from __future__ import annotations\n",
                        'from __future__ import annotations\nraise ImportError("no render at this revision")\n')],
     }
     for tag, edits in changes.items():
@@ -164,7 +164,7 @@ def test_unknown_revision_and_stack_exit_2(repo):
 
 
 def test_kubernetes_objects_are_diffed_from_the_redacted_manifests(tmp_path):
-    from kimi_k3.render import render_stack
+    from kimi_k3.commands.render import render_stack
     render_stack("gb200", ROOT).write(tmp_path)
     loaded = diff.load_render(tmp_path)
     (secret,) = [r for r in loaded.resources.values() if r["type"] == "kubernetes:core/v1:Secret"]

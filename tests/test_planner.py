@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from conftest import SHARED
-from kimi_k3 import plan_cli, planner
+from kimi_k3 import planner
+from kimi_k3.commands import plan as plan_cmd
 from kimi_k3.planner import GB, GIB, MIB
 
 SHARED_CONFIG = SHARED / "model" / "Kimi-K3_config.json"
@@ -22,7 +23,7 @@ def facts() -> planner.ModelFacts:
 
 def _cli(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    plan_cli.register(parser.add_subparsers())
+    plan_cmd.register(parser.add_subparsers())
     return parser.parse_args(["plan", *argv])
 
 
@@ -275,7 +276,7 @@ def test_stack_gpus_nodes_cost_and_shared_cold_start(facts):
 def test_no_pricing_means_null_cost():
     stack = planner.plan_stack(_roles(), None, output_tokens_per_second=10_000)
     assert stack.cost_per_hour_usd is None and stack.to_json()["cost_per_hour_usd"] is None
-    assert "no price configured" in plan_cli.render_table(stack, "t")
+    assert "no price configured" in plan_cmd.render_table(stack, "t")
 
 
 def test_tp_must_fill_whole_nodes():
@@ -304,7 +305,7 @@ STABLE_ROLE_KEYS = {"weights_gb_per_gpu", "kv_bytes_per_token", "kv_pool_gib_per
 
 
 def test_cli_adhoc_json(capsys):
-    assert plan_cli.run(_cli("--gpu", "gb300", "--tp", "8", "--gpu-memory-utilization", "0.85", "--json")) == 0
+    assert plan_cmd.run(_cli("--gpu", "gb300", "--tp", "8", "--gpu-memory-utilization", "0.85", "--json")) == 0
     out = json.loads(capsys.readouterr().out)
     role = out["roles"]["worker"]
     assert STABLE_ROLE_KEYS <= set(role)
@@ -316,26 +317,26 @@ def test_cli_adhoc_json(capsys):
 
 def test_cli_adhoc_json_is_deterministic(capsys):
     args = ("--gpu", "gb200", "--tp", "16", "--spec-tokens", "3", "--kv-cache-dtype", "bf16", "--json")
-    plan_cli.run(_cli(*args))
+    plan_cmd.run(_cli(*args))
     first = capsys.readouterr().out
-    plan_cli.run(_cli(*args))
+    plan_cmd.run(_cli(*args))
     assert capsys.readouterr().out == first
 
 
 def test_cli_kv_budget_and_table(capsys):
-    assert plan_cli.run(_cli("--gpu", "gb200", "--tp", "16", "--kv-budget-gib", "12")) == 0
+    assert plan_cmd.run(_cli("--gpu", "gb200", "--tp", "16", "--kv-budget-gib", "12")) == 0
     text = capsys.readouterr().out
     assert "KV pool per GPU                12.00 GiB" in text and "NO (margin" in text
     assert "no price configured" in text
 
 
 def test_cli_price_needs_source(capsys):
-    assert plan_cli.run(_cli("--gpu", "gb200", "--tp", "16", "--instance-hour-usd", "50")) == 2
+    assert plan_cmd.run(_cli("--gpu", "gb200", "--tp", "16", "--instance-hour-usd", "50")) == 2
     assert "--price-source" in capsys.readouterr().err
 
 
 def test_cli_cost_with_price(capsys):
-    assert plan_cli.run(_cli("--gpu", "gb300", "--tp", "8", "--replicas", "2", "--instance-hour-usd", "80",
+    assert plan_cmd.run(_cli("--gpu", "gb300", "--tp", "8", "--replicas", "2", "--instance-hour-usd", "80",
                              "--price-source", "test quote", "--price-as-of", "2026-09",
                              "--output-tokens-per-second", "4000", "--json")) == 0
     out = json.loads(capsys.readouterr().out)
@@ -344,14 +345,14 @@ def test_cli_cost_with_price(capsys):
 
 
 def test_cli_rejects_bad_shapes(capsys):
-    assert plan_cli.run(_cli("--gpu", "gb200", "--tp", "6")) == 2
-    assert plan_cli.run(_cli()) == 2
+    assert plan_cmd.run(_cli("--gpu", "gb200", "--tp", "6")) == 2
+    assert plan_cmd.run(_cli()) == 2
     capsys.readouterr()
 
 
 def test_cli_plot_writes_png(tmp_path, capsys):
     target = tmp_path / "plan.png"
-    assert plan_cli.run(_cli("--gpu", "gb300", "--tp", "8", "--plot", str(target))) == 0
+    assert plan_cmd.run(_cli("--gpu", "gb300", "--tp", "8", "--plot", str(target))) == 0
     capsys.readouterr()
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -359,7 +360,7 @@ def test_cli_plot_writes_png(tmp_path, capsys):
 @pytest.mark.parametrize("stack, gpus, nodes", [
     ("gb200", 16, 4), ("gb200-disagg", 32, 8), ("gb300", 16, 4), ("gb300-disagg", 24, 6)])
 def test_cli_plans_each_stack(stack, gpus, nodes, capsys):
-    assert plan_cli.run(_cli(stack, "--json")) == 0
+    assert plan_cmd.run(_cli(stack, "--json")) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["gpus"], out["nodes"]) == (gpus, nodes)
     assert all(role["fits"] for role in out["roles"].values())
@@ -370,6 +371,6 @@ def test_cli_plans_each_stack(stack, gpus, nodes, capsys):
 
 
 def test_cli_unknown_stack_is_one_clear_error(capsys):
-    assert plan_cli.run(_cli("gb500", "--json")) == 2
+    assert plan_cmd.run(_cli("gb500", "--json")) == 2
     err = capsys.readouterr().err
     assert "no stack 'gb500'" in err and "gb300-disagg" in err

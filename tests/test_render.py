@@ -23,7 +23,7 @@ def dgd_of(r):
 @pytest.mark.parametrize("stack", STACKS)
 def test_cli_render_writes_both_files(stack, tmp_path):
     out = tmp_path / stack
-    proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", stack, "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "kimi_k3", "render", stack, "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     docs = [d for d in yaml.safe_load_all((out / "manifests.yaml").read_text()) if d]
@@ -39,7 +39,7 @@ def test_render_is_byte_identical(stack, rendered, tmp_path):
     """Same commit, same bytes: across processes, hash seeds and working directories."""
     import os
     rendered[stack].write(tmp_path / "a")
-    proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", stack, "--out", str(tmp_path / "b"),
+    proc = subprocess.run([sys.executable, "-m", "kimi_k3", "render", stack, "--out", str(tmp_path / "b"),
                            "--no-critical-path"], cwd=ROOT / "tests", capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONHASHSEED": "12345"})
     assert proc.returncode == 0, proc.stderr
@@ -257,7 +257,7 @@ def test_render_mode_writes_yaml_to_the_configured_directory():
 @pytest.mark.parametrize("stack", STACKS)
 def test_per_user_values_are_placeholders_offline_and_required_by_pulumi_up(stack, rendered):
     """A shared stack file holds no token and no reservation: render says what it assumed, the real run refuses."""
-    from kimi_k3.render import RenderError, render_config
+    from kimi_k3.commands.render import RenderError, render_config
     doc = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
     assert "kimi-k3:hfToken" not in doc and "capacityReservationId" not in doc["kimi-k3:cluster"]["gpuNodes"]
     assert rendered[stack].assumed == [

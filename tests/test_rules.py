@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from conftest import SHARED, STACKS
-from kimi_k3 import check, flags
+from kimi_k3 import flags
+from kimi_k3.commands import check
 from policies import rules
 
 UPSTREAM = SHARED / "dynamo" / "recipes" / "kimi-k3" / "vllm"
@@ -255,7 +256,7 @@ def test_check_render_dir_with_resources_and_json(tmp_path, capsys):
 
 
 def test_check_reads_what_kimi_k3_render_writes(tmp_path, capsys):
-    from kimi_k3.render import render_stack
+    from kimi_k3.commands.render import render_stack
     render_stack("gb300").write(tmp_path)
     assert cli(str(tmp_path)) == 0
     out = capsys.readouterr().out

@@ -5,10 +5,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import check, diff, plan_cli
-from . import critical_path
+from kimi_k3 import critical_path
+from kimi_k3.stacks import StackError, load_stack
+
+from . import check, diff, plan
 from .render import render_stack
-from .stacks import StackError, load_stack
 
 RENDER_HELP = """\
 Run the real __main__.py in-process under Pulumi's mock engine with Pulumi.STACK.yaml and write
@@ -17,7 +18,7 @@ DIR/resources.json (every registered resource: urn, type, name, parent, provider
 retainOnDelete, inputs; plus the stack outputs).
 Faithful: resource inputs, options and dependencies. Placeholders: computed cloud/cluster outputs
 (ids are NAME-id; in eks mode also the EKS endpoint/CA/cluster security group, launch template version,
-FSx DNS/mount names and provider-generated names, see COMPUTED_PLACEHOLDERS/AUTONAMED in kimi_k3/render.py)
+FSx DNS/mount names and provider-generated names, see COMPUTED_PLACEHOLDERS/AUTONAMED in kimi_k3/commands/render.py)
 and secret values (shown as [secret]; render never decrypts them).
 
 Then prints the critical path to the serving graph being Ready, computed from resources.json (dependsOn and
@@ -57,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_render)
     check.register(sub)
     diff.register(sub)
-    plan_cli.register(sub)
+    plan.register(sub)
     return p
 
 

@@ -1,6 +1,6 @@
 """`kimi-k3 check TARGET...`: the policy pack's rules, offline.
 
-TARGET is a stack name (rendered with kimi_k3.render.render_stack), a `kimi-k3 render` output directory
+TARGET is a stack name (rendered with kimi_k3.commands.render.render_stack), a `kimi-k3 render` output directory
 (manifests.yaml, optionally resources.json) or any YAML file of Kubernetes objects, such as an upstream
 Dynamo recipe. Exit status 1 when a mandatory rule fails, 0 otherwise.
 """
@@ -18,7 +18,7 @@ import yaml
 
 from policies import rules
 
-from .stacks import StackError
+from kimi_k3.stacks import StackError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from google.protobuf import json_format
 
-from .stacks import SECRET_PLACEHOLDER, StackError, project_root, read_stack_config
+from kimi_k3.stacks import SECRET_PLACEHOLDER, StackError, project_root, read_stack_config
 
 PROJECT = "kimi-k3"
 SECRET_SIG = ("4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270")

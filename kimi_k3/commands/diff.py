@@ -30,8 +30,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 from policies import rules
 
-from . import check, flags
-from .stacks import project_root, stack_names
+from kimi_k3 import flags
+
+from . import check
+from kimi_k3.stacks import project_root, stack_names
 
 ABSENT = object()  # a field on one side only
 OPTION_FIELDS = ("parent", "provider", "dependsOn", "protect", "retainOnDelete")
@@ -79,6 +81,11 @@ def worktree(root: Path, sha: str) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def cli_module(project: Path) -> str:
+    """The CLI's module at that revision (commands moved from kimi_k3/cli.py to kimi_k3/commands/)."""
+    return "kimi_k3" if (project / "kimi_k3" / "__main__.py").is_file() else "kimi_k3.cli"
+
+
 def render_dirs(project: Path, stacks: Sequence[str], out: Path) -> tuple[dict[str, Path], dict[str, str]]:
     """Render `stacks` with the code at `project`: ({stack: render dir}, {stack: why it did not render})."""
     # Worktree first on sys.path: its kimi_k3/components/policies win over this venv's editable install.
@@ -88,7 +95,7 @@ def render_dirs(project: Path, stacks: Sequence[str], out: Path) -> tuple[dict[s
     pending = [s for s in stacks if (project / f"Pulumi.{s}.yaml").is_file()]
     while pending:  # one process for all stacks (imports dominate); `render` stops at the first failure
         target = out / pending[0] if len(pending) == 1 else out  # `render --out` is the dir itself for one stack
-        proc = subprocess.run([sys.executable, "-m", "kimi_k3.cli", "render", *pending, "--out", str(target)],
+        proc = subprocess.run([sys.executable, "-m", cli_module(project), "render", *pending, "--out", str(target)],
                               cwd=project, env=env, capture_output=True, text=True)
         rendered = [s for s in pending if (out / s / "manifests.yaml").is_file()]
         done.update((s, out / s) for s in rendered)
@@ -351,7 +358,7 @@ def markdown(report: dict[str, Any]) -> str:
     head_label = f"`{head['ref']}` ({head['commit'][:12]})" if head["commit"] else "working tree"
     lines = [f"## kimi-k3 diff: `{base['ref']}` ({base['commit'][:12]}) -> {head_label}", ""]
     lines += [f"- {s['summary']}" for s in report["stacks"]]
-    lines += ["", "Policy results: this checkout's rules (policies/rules.py) on both sides."]
+    lines += ["", "Policy results: this checkout's rules (policies/rules/) on both sides."]
     for s in report["stacks"]:
         if s["status"] == "unchanged":
             continue

@@ -1,0 +1,96 @@
+"""Deployment rules for Dynamo + vLLM graphs: pure functions over Kubernetes objects, one module per family
+(topology, model_path, kv_transport, safety; shared helpers in base). This module is the registry.
+
+One implementation, two front ends: the CrossGuard pack (`policies/__main__.py`) and the offline
+checker (`kimi-k3 check`). Importing this module has no side effects.
+
+A rule is either object-scoped (looks at one object at a time; the pack runs it in `Analyze`) or
+stack-scoped (needs several objects or Pulumi resource options; the pack runs it in `AnalyzeStack`).
+Each check yields `Finding` (a violation) or `Skipped` (the rule could not be evaluated, with why).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+from policies.rules.base import (  # the vocabulary the pack, `kimi-k3 check` and tests use
+    ADVISORY, DEFAULT_MIN_STARTUP_SECONDS, MANDATORY, Context, Finding, NotEvaluated, ResourceInfo, Result, Rule,
+    Skipped, Violation, evaluate, object_from_resource, resource_info, target_of,
+)
+from policies.rules.topology import gpu_nodes, check_gpu_totals_match_recipe, check_graph_fits_node_pool, check_model_fits_at_tp, check_multinode_claims_compute_domain, check_pods_take_whole_nodes, check_tp_group_fits_nvlink_domain, check_tp_group_pinned_to_clique, check_tp_spans_whole_nodes
+from policies.rules.model_path import check_env_refs_provable, check_env_refs_resolve, check_model_cache_read_only, check_model_path_under_cache_mount, check_roles_agree_on_model
+from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_efa_uses_libfabric, check_frontend_block_size_matches_workers, check_kv_router_has_kv_events, check_no_removed_flags, check_ucx_settings_consistent
+from policies.rules.safety import check_hf_token_from_secret, check_images_pinned, check_model_cache_retained, check_runtime_version_declared, check_serving_containers_unprivileged, check_startup_budget_covers_load
+
+
+def _rule(name: str, description: str, check: Callable[..., Iterable[Result]], level: str = MANDATORY,
+          scope: str = "object", config_schema: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Rule:
+    return Rule(name, description, level, scope, check, config_schema or {})
+
+
+RULES: tuple[Rule, ...] = (
+    _rule("tp-spans-whole-nodes", "A worker's TP x PP equals nodes per replica x GPUs per pod.",
+          check_tp_spans_whole_nodes),
+    _rule("pods-take-whole-nodes", "Multinode worker pods request all GPUs of their node.",
+          check_pods_take_whole_nodes),
+    _rule("multinode-claims-compute-domain", "Multinode workers claim a channel of an existing ComputeDomain.",
+          check_multinode_claims_compute_domain, scope="stack"),
+    _rule("tp-group-pinned-to-clique", "Multinode TP groups need required podAffinity on nvidia.com/gpu.clique.",
+          check_tp_group_pinned_to_clique),
+    _rule("tp-group-fits-nvlink-domain", "A TP group spans no more nodes than one NVLink domain holds.",
+          check_tp_group_fits_nvlink_domain),
+    _rule("graph-fits-node-pool", "The graph's GPU nodes fit the GPU node pool.", check_graph_fits_node_pool,
+          scope="stack", config_schema={"gpu_node_pool_nodes": {"type": "integer", "minimum": 0,
+                                                 "description": "Nodes in the GPU node pool"}}),
+    _rule("gpu-totals-match-recipe", "GPUs requested equal the recipe's total (kimi-k3.io/gpus annotation).",
+          check_gpu_totals_match_recipe),
+    _rule("model-fits-at-tp", "Weights plus one max-length request fit in GPU memory at the worker's TP (planner).",
+          check_model_fits_at_tp),
+    _rule("env-refs-resolve", "Every $(VAR) and shell ${VAR} a container uses is defined in its env.",
+          check_env_refs_resolve),
+    _rule("env-refs-provable", "Variable references that only envFrom could define cannot be proven.",
+          check_env_refs_provable, level=ADVISORY),
+    _rule("model-path-under-cache-mount", "--model resolves to an absolute path under a model-cache mount.",
+          check_model_path_under_cache_mount),
+    _rule("roles-agree-on-model", "All workers serve the same model path under the same served name.",
+          check_roles_agree_on_model),
+    _rule("model-cache-mounted-read-only", "Workers mount the model cache read-only.",
+          check_model_cache_read_only),
+    _rule("disagg-roles-use-nixl", "Prefill/decode roles set --disaggregation-mode and the NixlConnector.",
+          check_disagg_roles_use_nixl),
+    _rule("no-removed-flags", "Workers use no removed vLLM flags (--is-prefill-worker, --is-decode-worker).",
+          check_no_removed_flags),
+    _rule("ucx-settings-consistent", "UCX_TLS does not exclude cuda_ipc while UCX_CUDA_IPC_ENABLE_MNNVL=y.",
+          check_ucx_settings_consistent),
+    _rule("efa-uses-libfabric", "Workers on EFA select NIXL's LIBFABRIC backend.", check_efa_uses_libfabric),
+    _rule("frontend-block-size-matches-workers", "Frontend --kv-cache-block-size equals workers' --block-size.",
+          check_frontend_block_size_matches_workers),
+    _rule("kv-router-has-kv-events", "With --router-mode kv, the routed workers publish KV events.",
+          check_kv_router_has_kv_events),
+    _rule("images-pinned", "Container images carry a tag other than latest, or a digest.", check_images_pinned),
+    _rule("runtime-version-declared", "A non-semver Dynamo image tag comes with runtimeVersionOverride.",
+          check_runtime_version_declared),
+    _rule("hf-token-from-secret", "HF tokens come from a Secret, never a literal env value.",
+          check_hf_token_from_secret),
+    _rule("serving-containers-unprivileged", "No container runs privileged.",
+          check_serving_containers_unprivileged),
+    _rule("startup-budget-covers-load", "Worker startup probe budget covers the estimated model load time.",
+          check_startup_budget_covers_load, level=ADVISORY,
+          config_schema={"min_startup_seconds": {"type": "integer", "minimum": 0,
+                                                 "default": DEFAULT_MIN_STARTUP_SECONDS,
+                                                 "description": "Seconds a worker needs to load and warm up"}}),
+    _rule("model-cache-retained", "The model-cache PVC and filesystem are protect or retainOnDelete.",
+          check_model_cache_retained, scope="stack"),
+)
+RULES_BY_NAME = {r.name: r for r in RULES}
+
+def run_all(objects: Sequence[Mapping], resources: Optional[Sequence[ResourceInfo]] = None,
+            config: Optional[Mapping[str, Mapping[str, Any]]] = None) -> tuple[list[Violation], list[NotEvaluated]]:
+    """Every rule over a set of objects; config maps rule name -> that rule's policy config."""
+    violations: list[Violation] = []
+    skipped: list[NotEvaluated] = []
+    for rule in RULES:
+        v, s = evaluate(rule, objects, Context((config or {}).get(rule.name, {}), resources))
+        violations += v
+        skipped += s
+    return violations, skipped

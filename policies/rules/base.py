@@ -1,0 +1,292 @@
+"""Shared vocabulary of the rules: results, context, rule records and helpers over Kubernetes objects."""
+
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+
+from kimi_k3 import flags
+from kimi_k3.planner import Platform, load_platforms
+
+MANDATORY = "mandatory"
+ADVISORY = "advisory"
+
+GPU = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+GPUS_ANNOTATION = "kimi-k3.io/gpus"
+HF_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+REMOVED_FLAGS = ("--is-prefill-worker", "--is-decode-worker")
+WORKER_TYPES = ("worker", "prefill", "decode")
+# Kubernetes probe defaults (core/v1 Probe) used when a startupProbe omits a field.
+PROBE_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "failureThreshold": 3}
+# Default load budget: ~1.56 TB checkpoint read per TP group plus CuTeDSL/cudagraph warm-up; ~1 h.
+DEFAULT_MIN_STARTUP_SECONDS = 3600
+# Pulumi types of filesystems that hold the model cache outside Kubernetes.
+CACHE_FILESYSTEM_TYPES = ("aws:fsx/lustreFileSystem:LustreFileSystem", "aws:efs/fileSystem:FileSystem")
+_WORKLOAD_TEMPLATE_PATHS = {
+    "Pod": ("spec",),
+    "Job": ("spec", "template", "spec"),
+    "Deployment": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+
+
+# ---------------------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class Finding:
+    target: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    target: str
+    reason: str
+
+
+@dataclass(frozen=True, order=True)
+class Violation:
+    rule: str
+    target: str
+    message: str
+    level: str
+
+
+@dataclass(frozen=True, order=True)
+class NotEvaluated:
+    rule: str
+    target: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ResourceInfo:
+    """What Pulumi knows about a resource beyond its inputs; retain_on_delete None = not visible."""
+
+    type: str
+    name: str
+    key: Optional[str]  # "Kind/name" for Kubernetes resources
+    protect: bool
+    retain_on_delete: Optional[bool]
+    gpu_pool_nodes: Optional[int] = None  # max size of an EKS node group running the NVIDIA AMI
+
+
+@dataclass(frozen=True)
+class Context:
+    config: Mapping[str, Any] = field(default_factory=dict)
+    resources: Optional[Sequence[ResourceInfo]] = None  # None: only manifests are known
+
+
+Result = Union[Finding, Skipped]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    description: str
+    level: str
+    scope: str  # "object" | "stack"
+    check: Callable[..., Iterable[Result]]
+    config_schema: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def defaults(self) -> dict[str, Any]:
+        return {k: v["default"] for k, v in self.config_schema.items() if "default" in v}
+
+
+# ---------------------------------------------------------------------------------------- facts
+def platform_for_product(product: Optional[str]) -> Optional[Platform]:
+    """The platform (recipes/platforms.yaml, via the planner's loader) whose GPUs carry this product label."""
+    return next((p for p in load_platforms().values() if product is not None and p.gpu_product_label == product), None)
+
+
+# ---------------------------------------------------------------------------------------- object helpers
+def target_of(obj: Mapping) -> str:
+    return f"{obj.get('kind', '?')}/{(obj.get('metadata') or {}).get('name', '?')}"
+
+
+def _is(obj: Mapping, kind: str) -> bool:
+    return obj.get("kind") == kind
+
+
+def components(obj: Mapping) -> list[Mapping]:
+    if not _is(obj, "DynamoGraphDeployment"):
+        return []
+    return list((obj.get("spec") or {}).get("components") or [])
+
+
+def pod_spec(component: Mapping) -> Mapping:
+    return ((component.get("podTemplate") or {}).get("spec")) or {}
+
+
+def main_container(component: Mapping) -> Optional[Mapping]:
+    containers = pod_spec(component).get("containers") or []
+    return next((c for c in containers if c.get("name") == "main"), containers[0] if containers else None)
+
+
+def node_count(component: Mapping) -> int:
+    return int(((component.get("multinode") or {}).get("nodeCount")) or 1)
+
+
+def replicas(component: Mapping) -> int:
+    value = component.get("replicas")
+    return 1 if value is None else int(value)
+
+
+def gpus(container: Optional[Mapping]) -> int:
+    res = (container or {}).get("resources") or {}
+    value = (res.get("limits") or {}).get(GPU, (res.get("requests") or {}).get(GPU, 0))
+    return int(value)
+
+
+def gpu_product(spec: Mapping) -> Optional[str]:
+    """The GPU product a pod is pinned to by nodeSelector or a single-valued required node affinity."""
+    selected = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+    if selected:
+        return selected
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    values = {
+        v
+        for term in required.get("nodeSelectorTerms") or []
+        for expr in term.get("matchExpressions") or []
+        if expr.get("key") == GPU_PRODUCT_LABEL and expr.get("operator") == "In"
+        for v in expr.get("values") or []
+    }
+    return values.pop() if len(values) == 1 else None
+
+
+def serving(container: Optional[Mapping]) -> tuple[list[str], Optional[str]]:
+    """(serving tokens, module) of a container, e.g. (['python3', '-m', 'dynamo.vllm', ...], 'dynamo.vllm')."""
+    tokens = flags.server_argv(container or {})
+    return tokens, flags.module(tokens)
+
+
+def workers(obj: Mapping) -> Iterator[tuple[Mapping, Mapping, list[str]]]:
+    """(component, main container, tokens) for every component that runs dynamo.vllm."""
+    for comp in components(obj):
+        container = main_container(comp)
+        tokens, mod = serving(container)
+        if mod == "dynamo.vllm":
+            yield comp, container, tokens
+
+
+def frontends(obj: Mapping) -> Iterator[tuple[Mapping, Mapping, list[str]]]:
+    for comp in components(obj):
+        container = main_container(comp)
+        tokens, mod = serving(container)
+        if mod == "dynamo.frontend":
+            yield comp, container, tokens
+
+
+def _int_flag(tokens: Sequence[str], name: str, default: int) -> int:
+    value = flags.flag_value(tokens, name)
+    return int(value) if value is not None else default
+
+
+def _json_flag(tokens: Sequence[str], name: str) -> Mapping[str, Any]:
+    """A JSON-valued vLLM flag merged with its dotted form (`--name.key value`)."""
+    raw = flags.flag_value(tokens, name)
+    try:
+        parsed = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        parsed = {}
+    merged = dict(parsed) if isinstance(parsed, dict) else {}
+    for key, value in flags.dotted_values(tokens, name).items():
+        merged[key.rstrip("+")] = value
+    return merged
+
+
+def pod_specs(obj: Mapping) -> Iterator[tuple[str, Mapping]]:
+    """(label, pod spec) of every pod template an object carries."""
+    for comp in components(obj):
+        yield f"component {comp.get('name')}", pod_spec(comp)
+    path = _WORKLOAD_TEMPLATE_PATHS.get(obj.get("kind", ""))
+    if path and not components(obj):
+        node: Any = obj
+        for key in path:
+            node = (node or {}).get(key)
+        if node:
+            yield "pod", node
+
+
+def all_containers(spec: Mapping) -> Iterator[Mapping]:
+    yield from spec.get("initContainers") or []
+    yield from spec.get("containers") or []
+
+
+def model_mount(container: Mapping, spec: Mapping, path: str) -> Optional[tuple[Mapping, Mapping]]:
+    """(volumeMount, volume) of the deepest mount holding `path`, or None."""
+    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+    best = None
+    for mount in container.get("volumeMounts") or []:
+        mount_path = str(mount.get("mountPath", "")).rstrip("/") or "/"
+        if path == mount_path or path.startswith(mount_path.rstrip("/") + "/"):
+            if best is None or len(mount_path) > len(best[0].get("mountPath", "")):
+                best = (mount, volumes.get(mount.get("name"), {}))
+    return best
+
+
+def model_arg(tokens: Sequence[str]) -> Optional[str]:
+    return flags.flag_value(tokens, "--model") or flags.flag_value(tokens, "--model-path")
+
+
+def resolved_model(container: Mapping, tokens: Sequence[str]) -> tuple[Optional[str], Optional[str]]:
+    """(raw --model value, value after Kubernetes and shell expansion or None when unresolvable)."""
+    raw = model_arg(tokens)
+    if raw is None:
+        return None, None
+    env = flags.container_env(container)
+    return raw, flags.resolve(raw, env, shell=flags.shell_script(container) is not None)
+
+
+# ---------------------------------------------------------------------------------------- evaluation
+def evaluate(rule: Rule, objects: Sequence[Mapping], ctx: Context) -> tuple[list[Violation], list[NotEvaluated]]:
+    ctx = Context({**rule.defaults(), **ctx.config}, ctx.resources)
+    results: list[Result] = []
+    if rule.scope == "stack":
+        results.extend(rule.check(objects, ctx))
+    else:
+        for obj in objects:
+            results.extend(rule.check(obj, ctx))
+    violations = [Violation(rule.name, r.target, r.message, rule.level) for r in results if isinstance(r, Finding)]
+    skipped = [NotEvaluated(rule.name, r.target, r.reason) for r in results if isinstance(r, Skipped)]
+    return sorted(violations), sorted(skipped)
+
+
+# ---------------------------------------------------------------------------------------- Pulumi adapters
+def _api_version(type_token: str) -> Optional[tuple[str, str]]:
+    """`kubernetes:core/v1:PersistentVolumeClaim` -> ('v1', 'PersistentVolumeClaim')."""
+    parts = type_token.split(":")
+    if len(parts) != 3 or parts[0] != "kubernetes" or "/" not in parts[1]:
+        return None
+    group, version = parts[1].split("/", 1)
+    return (version if group == "core" else f"{group}/{version}"), parts[2]
+
+
+def object_from_resource(type_token: str, props: Mapping[str, Any], name: str) -> Optional[dict]:
+    """The Kubernetes object a Pulumi Kubernetes resource's inputs describe (None for other providers)."""
+    api = _api_version(type_token)
+    if api is None:
+        return None
+    obj = dict(props)
+    obj.setdefault("apiVersion", api[0])
+    obj.setdefault("kind", api[1])
+    metadata = dict(obj.get("metadata") or {})
+    metadata.setdefault("name", name)
+    obj["metadata"] = metadata
+    return obj
+
+
+def resource_info(type_token: str, name: str, props: Mapping[str, Any], protect: bool,
+                  retain_on_delete: Optional[bool]) -> ResourceInfo:
+    obj = object_from_resource(type_token, props, name)
+    pool = None
+    if type_token == "aws:eks/nodeGroup:NodeGroup" and "NVIDIA" in str(props.get("amiType", "")):
+        pool = (props.get("scalingConfig") or {}).get("maxSize")
+    return ResourceInfo(type_token, name, target_of(obj) if obj else None, protect, retain_on_delete,
+                        int(pool) if pool is not None else None)

@@ -1,0 +1,126 @@
+"""KV transport and routing: disaggregation, NIXL/UCX/EFA, block sizes, KV events."""
+
+from __future__ import annotations
+
+from typing import Iterator, Mapping, Sequence
+
+from kimi_k3 import flags
+from kimi_k3.manifests import EFA_RESOURCE as EFA
+from policies.rules.base import (
+    Context,
+    Finding,
+    REMOVED_FLAGS,
+    Result,
+    _json_flag,
+    all_containers,
+    components,
+    frontends,
+    pod_specs,
+    target_of,
+    workers,
+)
+
+
+def _component_type(comp: Mapping) -> str:
+    return str(comp.get("type") or comp.get("componentType") or "").lower()
+
+
+def check_disagg_roles_use_nixl(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    types = {_component_type(c) for c in components(obj)}
+    if not {"prefill", "decode"} <= types:
+        return
+    for comp, _, tokens in workers(obj):
+        role = _component_type(comp)
+        if role not in ("prefill", "decode"):
+            continue
+        where = f"component {comp.get('name')} ({role})"
+        mode = flags.flag_value(tokens, "--disaggregation-mode")
+        if mode != role:
+            yield Finding(target_of(obj), f"{where}: --disaggregation-mode is {mode!r}, expected {role!r}")
+        connector = _json_flag(tokens, "--kv-transfer-config").get("kv_connector")
+        if connector != "NixlConnector":
+            yield Finding(target_of(obj), f"{where}: --kv-transfer-config kv_connector is {connector!r}, "
+                          "expected 'NixlConnector'")
+
+
+def check_no_removed_flags(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    for comp, _, tokens in workers(obj):
+        for removed in REMOVED_FLAGS:
+            if flags.has_flag(tokens, removed):
+                yield Finding(target_of(obj), f"component {comp.get('name')}: {removed} was removed; use "
+                              "--disaggregation-mode")
+
+
+def _ucx_excludes_cuda_ipc(tls: str) -> bool:
+    items = [t.strip() for t in tls.split(",") if t.strip()]
+    if items and items[0].startswith("^"):
+        excluded = {items[0][1:], *items[1:]}
+        return bool(excluded & {"cuda_ipc", "cuda"})
+    return not (set(items) & {"all", "cuda", "cuda_ipc"})
+
+
+def check_ucx_settings_consistent(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    for label, spec in pod_specs(obj):
+        for container in all_containers(spec):
+            env = flags.container_env(container)
+            tls, mnnvl = env.get("UCX_TLS"), env.get("UCX_CUDA_IPC_ENABLE_MNNVL")
+            if tls and mnnvl and mnnvl.lower() in ("y", "yes", "1", "true", "on") and _ucx_excludes_cuda_ipc(tls):
+                yield Finding(target_of(obj), f"{label} container {container.get('name')}: UCX_TLS={tls} excludes "
+                              "cuda_ipc while UCX_CUDA_IPC_ENABLE_MNNVL=y; KV transfer leaves NVLink for RDMA/TCP")
+
+
+def _requests_efa(container: Mapping) -> bool:
+    res = container.get("resources") or {}
+    return any(EFA in (res.get(k) or {}) for k in ("limits", "requests"))
+
+
+def check_efa_uses_libfabric(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    for comp, container, tokens in workers(obj):
+        config = _json_flag(tokens, "--kv-transfer-config")
+        if not _requests_efa(container) or config.get("kv_connector") != "NixlConnector":
+            continue
+        extra = config.get("kv_connector_extra_config") or {}
+        backends = extra.get("backends") if isinstance(extra, dict) else None
+        dotted = config.get("kv_connector_extra_config.backends")
+        names = [str(b).upper() for b in (backends or [])] + ([str(dotted).upper()] if dotted else [])
+        if "LIBFABRIC" not in names:
+            yield Finding(target_of(obj), f"component {comp.get('name')}: requests {EFA} but NIXL backends are "
+                          f"{names or ['UCX (default)']}; set kv_connector_extra_config.backends to ['LIBFABRIC']")
+
+
+def check_frontend_block_size_matches_workers(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    for fe, _, fe_tokens in frontends(obj):
+        router_block = flags.flag_value(fe_tokens, "--kv-cache-block-size")
+        if router_block is None:
+            continue
+        for comp, _, tokens in workers(obj):
+            block = flags.flag_value(tokens, "--block-size")
+            if block is None:
+                yield Finding(target_of(obj), f"component {comp.get('name')}: no --block-size while frontend "
+                              f"{fe.get('name')} routes with --kv-cache-block-size {router_block}; vLLM's default "
+                              "(16 on CUDA, raised to the attention backend's kernel block, e.g. 64 for MLA) "
+                              "cannot be proven equal")
+            elif block != router_block:
+                yield Finding(target_of(obj), f"component {comp.get('name')}: --block-size {block} != frontend "
+                              f"{fe.get('name')} --kv-cache-block-size {router_block}")
+
+
+def _publishes_kv_events(tokens: Sequence[str]) -> bool:
+    config = _json_flag(tokens, "--kv-events-config")
+    enabled = str(config.get("enable_kv_cache_events", "")).lower() == "true"
+    return enabled and str(config.get("publisher", "zmq")).lower() != "null"
+
+
+def check_kv_router_has_kv_events(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    disagg = {"prefill", "decode"} <= {_component_type(c) for c in components(obj)}
+    for fe, _, fe_tokens in frontends(obj):
+        approximate = flags.has_flag(fe_tokens, "--no-router-kv-events") or flags.has_flag(fe_tokens, "--no-kv-events")
+        if flags.flag_value(fe_tokens, "--router-mode") != "kv" or approximate:
+            continue
+        for comp, _, tokens in workers(obj):
+            # Disaggregated: prefix hits are realised where the prompt is computed, the prefill role.
+            routed = _component_type(comp) == "prefill" if disagg else True
+            if routed and not _publishes_kv_events(tokens):
+                yield Finding(target_of(obj), f"component {comp.get('name')}: frontend {fe.get('name')} uses "
+                              "--router-mode kv but this worker publishes no KV events "
+                              "(--kv-events-config with enable_kv_cache_events true)")
