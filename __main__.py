@@ -23,7 +23,7 @@ try:  # validate everything before the first resource is registered
         gpu_plan = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes)
         subnets = aws.subnet_plan(cfg)
         aws.check_storage(cfg, cache_gi)
-    addons = addon_specs(cfg)
+    addons = addon_specs(cfg, gpu_plan.instance.name if eks_mode else None)
 except ConfigError as err:
     raise pulumi.RunError(str(err)) from None
 

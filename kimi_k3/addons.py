@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from .data import recipe_file
 from .aws import NODE_ROLE_LABEL
-from .config import StackConfig, addon_key
+from .config import ConfigError, StackConfig, addon_key
 from .graph import merge
 
 # Installation order of independent add-ons does not matter; these are the explicit dependencies between them.
@@ -29,8 +29,95 @@ class AddonSpec:
     depends_on: tuple[str, ...]
 
 
+ADDONS_FILE = "recipes/addons.yaml"
+EFA_PLUGIN = "efaDevicePlugin"
+
+
 def _defaults() -> dict[str, Any]:
     return recipe_file("addons.yaml")
+
+
+def _root(url: str) -> str:
+    return url.rstrip("/")
+
+
+def chart_reference_problems(key: str, addon: dict[str, Any], publishers: dict[str, Any]) -> list[str]:
+    """What is wrong with an add-on's chart reference, held to the form its publisher documents (empty: nothing).
+
+    pulumi-kubernetes (helm_release.go resolveChartName) ignores `repo` for an `oci://` chart, and Helm resolves a
+    plain chart name through `<repo>/index.yaml`, which exists only at a repository's root."""
+    where = f"{ADDONS_FILE}: {key}"
+    chart, repo, version = addon.get("chart") or "", addon.get("repo"), addon.get("version")
+    pub = publishers.get(addon.get("publisher") or "")
+    if pub is None:
+        return [f"{where}.publisher = {addon.get('publisher')!r}: unknown; allowed: {', '.join(sorted(publishers))} "
+                "(each with the source that documents its chart location)"]
+    out = []
+    if not version:
+        out.append(f"{where}.version: missing; allowed: the chart version its publisher lists")
+    if repo is not None and str(repo).startswith("oci://"):
+        out.append(f"{where}.repo = {repo!r}: an OCI registry has no index.yaml for Helm to read; allowed: repo null "
+                   f"and chart {_root(repo)}/{chart}")
+    if chart.startswith("oci://"):
+        if repo:
+            out.append(f"{where}.repo = {repo!r}: ignored for an oci:// chart (pulumi-kubernetes resolveChartName); "
+                       "allowed: null")
+        prefix = pub.get("ociPrefix")
+        name = chart.rsplit("/", 1)[-1]
+        if not prefix or not chart.startswith(prefix) or "/" in chart[len(prefix):] or ":" in name or not name:
+            allowed = f"{prefix}<chart>" if prefix else f"chart <name> with repo {pub.get('helmRepo')}"
+            out.append(f"{where}.chart = {chart!r}: not where {addon['publisher']} publishes charts ({pub['source']}); "
+                       f"allowed: {allowed} (the version goes in `version`)")
+    elif not (repo is not None and str(repo).startswith("oci://")):
+        documented = pub.get("helmRepo")
+        if "/" in chart:
+            out.append(f"{where}.chart = {chart!r}: with a repo, the chart is a bare name; allowed: "
+                       f"{chart.rsplit('/', 1)[-1]}")
+        if not documented:
+            out.append(f"{where}.repo = {repo!r}: {addon['publisher']} publishes no Helm repository "
+                       f"({pub['source']}); allowed: repo null and chart {pub['ociPrefix']}{chart}")
+        elif _root(str(repo or "")) != _root(documented):
+            hint = (f"; {repo} is a folder of packages under the root, not a repository (no index.yaml)"
+                    if repo and _root(str(repo)).startswith(_root(documented) + "/") else "")
+            out.append(f"{where}.repo = {repo!r}: not the repository root {addon['publisher']} documents "
+                       f"({pub['source']}){hint}; allowed: {documented}")
+    return out
+
+
+def check_chart_references(defaults: dict[str, Any]) -> None:
+    """Every add-on's chart reference as its publisher documents it (ConfigError naming file, key and value)."""
+    publishers = defaults.get("publishers") or {}
+    problems = [p for key in ORDER for p in chart_reference_problems(key, defaults[key], publishers)]
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def efa_plugin_covers(version: str, values: dict[str, Any], instance_type: str,
+                      defaults: Optional[dict[str, Any]] = None) -> Optional[str]:
+    """None when the EFA device plugin chart at `version` (with `values`) schedules on `instance_type`; else why not.
+
+    The chart's DaemonSet requires node.kubernetes.io/instance-type In supportedInstanceLabels.values: the user's
+    values when they set that list, else the list the pinned chart version ships (recorded in recipes/addons.yaml)."""
+    key = f"kimi-k3:platform.{EFA_PLUGIN}"
+    listed = ((values.get("supportedInstanceLabels") or {}).get("values"))
+    if listed is not None:
+        if instance_type in listed:
+            return None
+        return (f"{key}.values.supportedInstanceLabels.values: does not list {instance_type}, so the EFA device plugin "
+                f"never runs on the GPU nodes; allowed: a list that includes {instance_type}")
+    recorded = (defaults or _defaults())[EFA_PLUGIN]["affinityInstanceTypes"]
+    # Helm matches "0.5.30" to the published "v0.5.30" (a semver constraint), so both spellings name one chart.
+    types = recorded.get(version if version.startswith("v") else f"v{version}")
+    fitting = [v for v, t in recorded.items() if instance_type in t]
+    if types is None:
+        return (f"{key}.version = {version!r}: its node affinity is not recorded in {ADDONS_FILE} "
+                f"(efaDevicePlugin.affinityInstanceTypes), so whether it runs on {instance_type} is unknown; allowed: "
+                f"{', '.join(fitting)}, or set values.supportedInstanceLabels.values to a list with {instance_type}")
+    if instance_type not in types:
+        return (f"{key}.version = {version!r}: the chart's node affinity does not list {instance_type} (only "
+                f"{', '.join(types)}), so its DaemonSet never runs on the GPU nodes and pods requesting "
+                f"vpc.amazonaws.com/efa never schedule; allowed: {', '.join(fitting)}")
+    return None
 
 
 def system_node_affinity() -> dict[str, Any]:
@@ -53,9 +140,11 @@ def _system_pinned(key: str, values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def addon_specs(cfg: StackConfig) -> list[AddonSpec]:
+def addon_specs(cfg: StackConfig, gpu_instance_type: Optional[str] = None) -> list[AddonSpec]:
+    """Every add-on's release spec. `gpu_instance_type` (eks mode): the EFA device plugin must schedule there."""
     out = []
     defaults = _defaults()
+    check_chart_references(defaults)
     for field, over in cfg.platform:
         key = addon_key(field)
         d = defaults[key]
@@ -66,6 +155,10 @@ def addon_specs(cfg: StackConfig) -> list[AddonSpec]:
         out.append(AddonSpec(key=key, install=install, release=d["release"], chart=d["chart"], repo=d.get("repo"),
                              version=over.version or str(d["version"]), namespace=d["namespace"], values=values,
                              depends_on=DEPENDS_ON.get(key, ())))
+        if key == EFA_PLUGIN and install and gpu_instance_type:
+            problem = efa_plugin_covers(out[-1].version, values, gpu_instance_type, defaults)
+            if problem:
+                raise ConfigError(problem)
     return sorted(out, key=lambda a: ORDER.index(a.key))
 
 

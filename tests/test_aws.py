@@ -151,7 +151,7 @@ def test_addon_charts_versions_and_values(stack, rendered):
     assert (v["driver"]["enabled"], v["toolkit"]["enabled"]) == (False, False)
     assert (v["devicePlugin"]["enabled"], v["nfd"]["enabled"], v["gfd"]["enabled"]) == (True, True, True)
     efa = release(r, "aws-efa-k8s-device-plugin")["inputs"]
-    assert efa["repositoryOpts"]["repo"] == "https://aws.github.io/eks-charts" and efa["version"] == "0.5.14"
+    assert efa["repositoryOpts"]["repo"] == "https://aws.github.io/eks-charts" and efa["version"] == "v0.5.30"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in efa["values"]["tolerations"]
     dra = release(r, "dra-driver-nvidia-gpu")["inputs"]
     assert dra["chart"] == "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu"
@@ -161,6 +161,9 @@ def test_addon_charts_versions_and_values(stack, rendered):
     assert dv["resourceApiVersion"] == "resource.k8s.io/v1" and dv["nvidiaDriverRoot"] == "/"
     assert dv["controller"]["nodeSelector"] == {"kimi-k3.io/node-role": "system"}
     dyn = release(r, "dynamo-platform")["inputs"]
+    # Dynamo's release-artifacts page: oci://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform, no repo.
+    assert dyn["chart"] == "oci://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform"
+    assert "repositoryOpts" not in dyn and "repositoryOpts" not in dra
     assert dyn["version"].startswith(("1.4.", "1.5."))
     g = dyn["values"]["global"]
     assert g["grove"]["install"] and g["kai-scheduler"]["install"]
@@ -308,6 +311,13 @@ BAD = {
         "gb300", {"cluster": {"mode": "render"}, "storage": {"storageClass": "fsx"},
                   "platform": {"gpuOperator": {"install": True}}},
         ["kimi-k3:platform.gpuOperator.install", "allowed in render mode: false"]),
+    "EFA device plugin chart without the GB300 instance type in its node affinity": (
+        "gb300", {"cluster": eks_cluster("gb300"), "platform": {"efaDevicePlugin": {"version": "0.5.14"}}},
+        ["kimi-k3:platform.efaDevicePlugin.version", "0.5.14", "p6e-gb300.36xlarge", "allowed: v0.5.24, v0.5.30"]),
+    "EFA device plugin values that drop the GPU instance type": (
+        "gb200", {"cluster": eks_cluster("gb200"), "platform": {"efaDevicePlugin": {
+            "values": {"supportedInstanceLabels": {"values": ["p5en.48xlarge"]}}}}},
+        ["kimi-k3:platform.efaDevicePlugin.values.supportedInstanceLabels.values", "p6e-gb200.36xlarge"]),
     "cluster region differs from the AWS provider's": (
         "gb300", {"cluster": {"mode": "eks", "region": "us-west-2",
                               "gpuNodes": {"capacityReservationId": "cr-0123456789abcdef0"}}},
@@ -364,3 +374,64 @@ def test_every_value_we_set_exists_in_the_reference_charts(rendered, shared_refe
     assert unknown_value_paths({"dynamo-operator": {"controllerManager": {"nodeSelector": {}}}},
                                yaml.safe_load(charts["dynamo-platform"].read_text())) == [
         "dynamo-operator.controllerManager.nodeSelector"]
+
+
+# --- chart references (issue 9 item 1) and the EFA device plugin's node affinity (item 11) -------------------------
+
+OLD_DYNAMO = {"chart": "dynamo-platform", "repo": "https://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts"}
+
+
+def test_every_chart_reference_is_the_form_its_publisher_documents():
+    from kimi_k3.addons import ORDER, _defaults, chart_reference_problems
+    d = _defaults()
+    for key in ORDER:
+        assert chart_reference_problems(key, d[key], d["publishers"]) == [], key
+        assert d[key]["publisher"] in d["publishers"] and d["publishers"][d[key]["publisher"]]["source"]
+
+
+@pytest.mark.parametrize("key, change, expected", [
+    # the shipped defect: a folder of packages given as a Helm repository (no index.yaml there)
+    ("dynamoPlatform", OLD_DYNAMO, ["dynamoPlatform.repo", "/nvidia/ai-dynamo/charts", "publishes no Helm repository",
+                                    "oci://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform"]),
+    ("gpuOperator", {"repo": "https://helm.ngc.nvidia.com/nvidia/charts"},
+     ["gpuOperator.repo", "a folder of packages under the root", "allowed: https://helm.ngc.nvidia.com/nvidia"]),
+    ("draDriver", {"chart": "dra-driver-nvidia-gpu", "repo": "oci://registry.k8s.io/dra-driver-nvidia/charts"},
+     ["draDriver.repo", "no index.yaml", "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu"]),
+    ("draDriver", {"repo": "https://example.com/charts"}, ["draDriver.repo", "ignored for an oci:// chart"]),
+    ("dynamoPlatform", {"chart": "oci://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform:1.5.0"},
+     ["dynamoPlatform.chart", "version goes in `version`"]),
+    ("efaDevicePlugin", {"repo": "https://aws.github.io/eks-charts/stable"}, ["efaDevicePlugin.repo", "not the repository root"]),
+    ("efaDevicePlugin", {"chart": "eks/aws-efa-k8s-device-plugin"}, ["efaDevicePlugin.chart", "bare name"]),
+])
+def test_chart_reference_check_fails_on_wrong_forms(key, change, expected):
+    from kimi_k3.addons import _defaults, chart_reference_problems
+    d = _defaults()
+    message = " ".join(chart_reference_problems(key, {**d[key], **change}, d["publishers"]))
+    for part in expected:
+        assert part in message, (part, message)
+
+
+def test_recipe_with_an_unresolvable_chart_is_refused_before_anything_registers(monkeypatch):
+    """The shipped form (repo = the packages' folder) now stops `render`/`up` with one message naming the file."""
+    import kimi_k3.addons as addons
+    real = addons._defaults()
+    monkeypatch.setattr(addons, "_defaults", lambda: {**real, "dynamoPlatform": {**real["dynamoPlatform"], **OLD_DYNAMO}})
+    assert_one_clear_error("gb300", {}, ["recipes/addons.yaml: dynamoPlatform.repo",
+                                         "https://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts"])
+
+
+def test_efa_plugin_affinity_covers_every_gpu_instance_type(rendered):
+    """The pinned chart's DaemonSet affinity lists every GPU instance type the stacks launch and recipes/aws.yaml
+    knows; recorded per chart version in recipes/addons.yaml (tests cannot fetch the chart). 0.5.14 did not."""
+    from kimi_k3.addons import _defaults, efa_plugin_covers
+    from kimi_k3.aws import load_aws_facts
+    d = _defaults()["efaDevicePlugin"]
+    launched = {one(rendered[s], "aws:ec2/launchTemplate:LaunchTemplate", "-gpu-lt")["inputs"]["instanceType"]
+                for s in STACKS}
+    assert launched == {"p6e-gb200.36xlarge", "p6e-gb300.36xlarge"}
+    every = launched | {t for t, f in load_aws_facts().instance_types.items() if f.efa.devices}
+    for itype in sorted(every):
+        assert efa_plugin_covers(d["version"], {}, itype) is None, itype
+    assert efa_plugin_covers("v0.5.14", {}, "p6e-gb300.36xlarge") is not None, "the old pin misses GB300"
+    assert efa_plugin_covers("v0.5.14", {}, "p6e-gb200.36xlarge") is None
+    assert set(d["affinityInstanceTypes"][d["version"]]) >= every
