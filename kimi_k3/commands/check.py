@@ -77,8 +77,7 @@ def format_lines(violations: Sequence[rules.Violation], skipped: Sequence[rules.
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("check", help="lint a stack, a render directory or a YAML file of objects",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser("check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("targets", nargs="+", metavar="TARGET")
     parser.add_argument("--json", action="store_true", help="print a JSON report instead of lines")
     parser.add_argument("--config", metavar="FILE", help="policy config (JSON/YAML, rule -> {key: value})")

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
+import hashlib
 import json
 import os
 import re
@@ -293,21 +294,71 @@ def summary_line(out: dict) -> str:
     return f"{stack}: {what}; GPUs {_totals(out, 'gpus')}; nodes {_totals(out, 'nodes')}; {counts}"
 
 
+# ------------------------------------------------------------------------------------------ render cache
+def environment_fingerprint() -> str:
+    """Python and every installed distribution's version: a render depends on them as much as on the code."""
+    from importlib import metadata
+    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+    return sys.version + "\n" + "\n".join(dists)
+
+
+def cache_dir(root: Path, sha: str) -> Path:
+    """Where renders of commit `sha` are kept: keyed by the project's tree (code + stacks + recipes) and the
+    environment, so a diff against the same base re-renders nothing."""
+    prefix = _git(root, "rev-parse", "--show-prefix")
+    tree = _git(root, "rev-parse", f"{sha}:{prefix}")
+    key = hashlib.sha256(f"{tree}\n{environment_fingerprint()}".encode()).hexdigest()[:20]
+    return root / "build" / "render-cache" / key
+
+
+def stacks_at(root: Path, sha: str) -> set[str]:
+    """Stack names at commit `sha`, read from git (no checkout needed)."""
+    prefix = _git(root, "rev-parse", "--show-prefix")
+    names = _git(root, "ls-tree", "--name-only", f"{sha}:{prefix}").splitlines()
+    return {n[len("Pulumi."):-len(".yaml")] for n in names if n.startswith("Pulumi.") and n.endswith(".yaml")
+            and n != "Pulumi.yaml"}
+
+
+def render_commit(root: Path, sha: str, stacks: Sequence[str], out: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """render_dirs for a commit, through the render cache (a checkout is made only for what is not cached)."""
+    cache = cache_dir(root, sha)
+    done = {s: cache / s for s in stacks if (cache / s / "resources.json").is_file()}
+    todo = [s for s in stacks if s not in done]
+    errors: dict[str, str] = {}
+    if todo:
+        with worktree(root, sha) as project:
+            rendered, errors = render_dirs(project, todo, out)
+        for stack, directory in rendered.items():
+            staging = Path(tempfile.mkdtemp(prefix=f".{stack}-", dir=_mkdir(cache)))
+            shutil.copytree(directory, staging, dirs_exist_ok=True)
+            with contextlib.suppress(OSError):  # another diff stored it first: theirs is the same bytes
+                staging.rename(cache / stack)
+            shutil.rmtree(staging, ignore_errors=True)
+            done[stack] = cache / stack if (cache / stack).is_dir() else directory
+    return done, errors
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 # ---------------------------------------------------------------------------------------------- report
 def run_diff(root: Path, base_ref: str, head_ref: Optional[str], stacks: Sequence[str]) -> dict[str, Any]:
     base_sha = resolve(root, base_ref)
     head_sha = resolve(root, head_ref) if head_ref else None
-    with tempfile.TemporaryDirectory(prefix="kimi-k3-diff-renders-") as tmp, contextlib.ExitStack() as trees:
-        base_root = trees.enter_context(worktree(root, base_sha))
-        head_root = trees.enter_context(worktree(root, head_sha)) if head_sha else root
-        present = {"base": set(stack_names(base_root)), "head": set(stack_names(head_root))}
+    with tempfile.TemporaryDirectory(prefix="kimi-k3-diff-renders-") as tmp:
+        present = {"base": stacks_at(root, base_sha),
+                   "head": stacks_at(root, head_sha) if head_sha else set(stack_names(root))}
         wanted = list(stacks) or sorted(present["base"] | present["head"])
         missing = [s for s in wanted if s not in present["base"] | present["head"]]
         if missing:
             raise DiffError(f"no stack {', '.join(missing)} at either revision")
+        on = {side: [s for s in wanted if s in present[side]] for side in ("base", "head")}
         with ThreadPoolExecutor(2) as pool:  # the two sides are independent processes: use both cores
-            base_job = pool.submit(render_dirs, base_root, wanted, Path(tmp) / "base")
-            head_job = pool.submit(render_dirs, head_root, wanted, Path(tmp) / "head")
+            base_job = pool.submit(render_commit, root, base_sha, on["base"], Path(tmp) / "base")
+            head_job = (pool.submit(render_commit, root, head_sha, on["head"], Path(tmp) / "head") if head_sha
+                        else pool.submit(render_dirs, root, on["head"], Path(tmp) / "head"))
             (base_dirs, base_errors), (head_dirs, head_errors) = base_job.result(), head_job.result()
         reports = []
         for stack in wanted:
@@ -388,8 +439,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("diff", help="render stacks at two revisions and report what changes",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser("diff", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stacks", nargs="*", metavar="STACK", help="default: every stack at either revision")
     parser.add_argument("--base", help="base revision (default origin/main, else main)")
     parser.add_argument("--head", help="head revision (default the working tree)")

@@ -13,8 +13,7 @@ from kimi_k3.stacks import StackError
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("plan", help="capacity, cold-start and cost plan for a stack or an ad hoc role",
-                              description=__doc__)
+    p = subparsers.add_parser("plan", description=__doc__)
     p.add_argument("stack", nargs="?", help="stack name (reads its serving graph); omit with --gpu/--tp")
     p.add_argument("--gpu", help="ad hoc role: platform key from recipes/platforms.yaml")
     p.add_argument("--tp", type=int, help="ad hoc role: tensor-parallel size")

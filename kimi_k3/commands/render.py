@@ -7,6 +7,7 @@ values, which render never sees (stack-file secrets are encrypted; each one beco
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import runpy
@@ -204,3 +205,51 @@ def render_stack(stack: str, root: Path | None = None) -> Rendered:
     rendered = render_config(stack, stack_file.config, stack_file.secrets, root)
     rendered.assumed = stack_file.assumed
     return rendered
+
+
+# ------------------------------------------------------------------------------------------- the command
+RENDER_HELP = """\
+Run the real __main__.py in-process under Pulumi's mock engine with Pulumi.STACK.yaml and write
+DIR/manifests.yaml (every Kubernetes object, deterministic order, Secret data redacted) and
+DIR/resources.json (every registered resource: urn, type, name, parent, provider, dependsOn, protect,
+retainOnDelete, inputs; plus the stack outputs).
+Faithful: resource inputs, options and dependencies. Placeholders: computed cloud/cluster outputs
+(ids are NAME-id; in eks mode also the EKS endpoint/CA/cluster security group, launch template version,
+FSx DNS/mount names and provider-generated names, see COMPUTED_PLACEHOLDERS/AUTONAMED in kimi_k3/commands/render.py)
+and secret values (shown as [secret]; render never decrypts them).
+
+Then prints the critical path to the serving graph being Ready, computed from resources.json (dependsOn and
+provider edges) with duration estimates from recipes/durations.yaml (sources in its comments) overridden by
+kimi-k3:estimates; the download and the workers' weight load come from the planner. --no-critical-path skips it."""
+
+
+def run(args: argparse.Namespace) -> int:
+    for stack in args.stacks:
+        out = Path(args.out) if args.out and len(args.stacks) == 1 else Path(args.out or "build") / stack
+        try:
+            rendered = render_stack(stack)
+        except StackError as err:
+            print(f"kimi-k3 render {stack}: {err}", file=sys.stderr)
+            return 2
+        rendered.write(out)
+        print(f"{stack}: {len(rendered.objects)} Kubernetes objects, {len(rendered.resources)} resources, "
+              f"{rendered.outputs.get('gpus')} GPUs on {rendered.outputs.get('nodes')} nodes -> {out}/")
+        if rendered.assumed:
+            print(f"  assumed (set per user, not in Pulumi.{stack}.yaml): " + "; ".join(rendered.assumed))
+        if args.critical_path:
+            from kimi_k3 import critical_path
+            from kimi_k3.stacks import load_stack
+            cfg, graph = load_stack(stack)
+            path = critical_path.critical_path(rendered.resources, critical_path.estimates(cfg, graph))
+            print("\n".join(path.lines()))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    r = subparsers.add_parser("render", description=RENDER_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("stacks", nargs="+", metavar="STACK")
+    r.add_argument("--out", help="output directory (default build/STACK)")
+    r.add_argument("--no-critical-path", dest="critical_path", action="store_false",
+                   help="do not print the estimated critical path")
+    r.set_defaults(func=run)
+    return r
