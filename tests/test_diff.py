@@ -157,6 +157,19 @@ def test_cli_diffs_the_working_tree_and_is_deterministic(repo):
     assert not list(Path(repo).glob(".git/worktrees/*"))  # the base worktree is cleaned up
 
 
+def test_a_commit_rendered_once_is_read_from_the_render_cache(repo, monkeypatch):
+    """Renders of a commit are cached by its tree and the environment: the second diff renders nothing."""
+    first = diff.run_diff(repo, "base", "replicas", ["gb300-disagg"])
+    cached = sorted(p.parent.name for p in (repo / "build" / "render-cache").glob("*/gb300-disagg/resources.json"))
+    assert len(cached) == 2  # one tree each for base and the replicas change
+
+    def no_render(*args, **kwargs):
+        raise AssertionError("rendered although cached")
+    monkeypatch.setattr(diff, "render_dirs", no_render)
+    monkeypatch.setattr(diff, "worktree", no_render)
+    assert diff.run_diff(repo, "base", "replicas", ["gb300-disagg"]) == first
+
+
 def test_unknown_revision_and_stack_exit_2(repo):
     for args in (["--base", "no-such-ref"], ["--base", "main", "no-such-stack"]):
         proc = kimi_k3_cli(repo, "diff", *args)
