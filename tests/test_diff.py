@@ -160,8 +160,9 @@ def test_cli_diffs_the_working_tree_and_is_deterministic(repo):
 def test_a_commit_rendered_once_is_read_from_the_render_cache(repo, monkeypatch):
     """Renders of a commit are cached by its tree and the environment: the second diff renders nothing."""
     first = diff.run_diff(repo, "base", "replicas", ["gb300-disagg"])
-    cached = sorted(p.parent.name for p in (repo / "build" / "render-cache").glob("*/gb300-disagg/resources.json"))
-    assert len(cached) == 2  # one tree each for base and the replicas change
+    for ref in ("base", "replicas"):  # one entry per tree: the two revisions differ, so do their keys
+        assert (diff.cache_dir(repo, diff.resolve(repo, ref)) / "gb300-disagg" / "resources.json").is_file()
+    assert diff.cache_dir(repo, diff.resolve(repo, "base")) != diff.cache_dir(repo, diff.resolve(repo, "replicas"))
 
     def no_render(*args, **kwargs):
         raise AssertionError("rendered although cached")
