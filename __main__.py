@@ -22,6 +22,7 @@ try:  # validate everything before the first resource is registered
     if eks_mode:
         gpu_plan = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes)
         subnets = aws.subnet_plan(cfg)
+        endpoint = aws.endpoint_access(cfg.cluster)
         aws.check_storage(cfg, cache_gi)
     addons = addon_specs(cfg, gpu_plan.instance.name if eks_mode else None)
 except ConfigError as err:
@@ -30,7 +31,7 @@ except ConfigError as err:
 settings = pulumi.Config("kimi-k3")
 eks = None
 if eks_mode:
-    eks = GpuCluster("kimi-k3-eks", GpuClusterArgs(cfg.cluster, gpu_plan, subnets, graph.platform.name))
+    eks = GpuCluster("kimi-k3-eks", GpuClusterArgs(cfg.cluster, gpu_plan, subnets, graph.platform.name, endpoint))
 cluster = Cluster("kimi-k3-cluster", ClusterArgs(
     cfg.cluster, graph, eks.kubeconfig if eks else settings.get_secret("kubeconfig")))
 k8s_only = pulumi.ResourceOptions(providers=[cluster.provider])
@@ -44,7 +45,7 @@ if eks and storage_kind != "existing":
     storage = ModelStorage("kimi-k3-storage", ModelStorageArgs(
         cfg.storage, eks.cluster.name, eks.vpc.id, cfg.cluster.vpc_cidr, eks.gpu_subnet_id, eks.system_subnet_ids,
         graph.namespace, manifests.NAMES["pvc"], "/" + cfg.model.repo, aws.pv_size_gi(cfg, cache_gi),
-        wait_for=system_nodes), provider=cluster.provider)
+        wait_for=system_nodes, oidc=eks.oidc), provider=cluster.provider)
     storage_class, storage_ready = storage.storage_class, storage.ready
 platform = Addons("kimi-k3-platform", AddonsArgs(addons, wait_for=system_nodes), opts=k8s_only)
 cache = ModelCache("kimi-k3-model-cache", ModelCacheArgs(

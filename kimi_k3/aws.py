@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 
 from .data import recipe_file
-from .config import ConfigError, StackConfig
+from .config import ClusterConfig, ConfigError, StackConfig
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 NODE_ROLE_LABEL = "kimi-k3.io/node-role"
@@ -92,6 +92,9 @@ class GpuNodePlan:
     max_nodes: int              # what the reservation holds
     ultra_server_nodes: Optional[int]
     desired_nodes: int          # the node group's desired size: `nodes` (or more), or 0 while it must be empty
+    desired_explicit: bool = False   # desiredNodes set in config: Pulumi writes it; else only at creation
+    rollout_launch_template: bool = False  # a launch template change reaches the node group (at desired size 0)
+    imds_hop_limit: int = 1
 
     @property
     def capacity_block(self) -> bool:
@@ -146,9 +149,33 @@ def gpu_node_plan(cfg: StackConfig, platform: str, nodes: int) -> GpuNodePlan:
     if desired and not nodes <= desired <= reservation:
         raise ConfigError(f"{GPU_KEY}.desiredNodes = {desired}: recipe {cfg.recipe} needs {nodes} GPU nodes and the "
                           f"reservation holds {reservation}; allowed: 0 (scale to zero) or {nodes}..{reservation}")
+    if g.rollout_launch_template and desired != 0:
+        raise ConfigError(f"{GPU_KEY}.rolloutLaunchTemplate = true: EKS upgrades a Capacity Block node group only at "
+                          f"desired size 0 (capacity-blocks-mng), and the provider applies the template before the "
+                          f"size; allowed: with desiredNodes: 0, after an `up` that set desiredNodes: 0 alone "
+                          f"(docs/aws.md, Capacity Block lifecycle)")
     return GpuNodePlan(instance=inst, ami_type=g.ami_type, capacity_type=capacity,
                        reservation_id=g.capacity_reservation_id, availability_zone=g.availability_zone,
-                       nodes=nodes, max_nodes=reservation, ultra_server_nodes=ultra, desired_nodes=desired)
+                       nodes=nodes, max_nodes=reservation, ultra_server_nodes=ultra, desired_nodes=desired,
+                       desired_explicit=g.desired_nodes is not None, rollout_launch_template=g.rollout_launch_template,
+                       imds_hop_limit=g.imds_hop_limit)
+
+
+def gpu_node_group_ignore_changes(plan: GpuNodePlan) -> list[str]:
+    """Node group inputs Pulumi must not write back after creation.
+
+    - scalingConfig.desiredSize: EKS scales a Capacity Block node group to 0 40 minutes before the block ends (a
+      scheduled action, "Amazon EKS Node Group Capacity Scaledown Before Reservation End"; capacity-blocks-mng);
+      a later `up` must not scale it back. Written only when `desiredNodes` is set explicitly.
+    - launchTemplate.version: EKS upgrades a Capacity Block node group only at desired size 0, and the AWS provider
+      applies a version change before a scaling change (resourceNodeGroupUpdate: "Do any version update first"),
+      so a changed template waits as a new version until `rolloutLaunchTemplate` (with desiredNodes 0)."""
+    out = []
+    if not plan.desired_explicit:
+        out.append("scalingConfig.desiredSize")
+    if not plan.rollout_launch_template:
+        out.append("launchTemplate.version")
+    return out
 
 
 # --- node bootstrap ------------------------------------------------------------------------------------------------
@@ -216,7 +243,10 @@ def gpu_launch_template(plan: GpuNodePlan, security_group_ids: list[Any], root_v
         "network_interfaces": network_interfaces(plan.instance.efa, security_group_ids),
         "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": {
             "volume_size": root_volume_gib, "volume_type": "gp3", "delete_on_termination": "true", "encrypted": "true"}}],
-        "metadata_options": {"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 2},
+        # IMDSv2 only; hop limit 1 (default): a pod in its own network namespace is one hop further and cannot take
+        # the node role's credentials (EKS best practices, "Restrict access to the instance profile").
+        "metadata_options": {"http_endpoint": "enabled", "http_tokens": "required",
+                             "http_put_response_hop_limit": plan.imds_hop_limit},
         "tag_specifications": [{"resource_type": "instance", "tags": tags}],
         "update_default_version": True,
     }
@@ -233,6 +263,72 @@ def gpu_node_labels(platform: str) -> dict[str, str]:
 
 
 SYSTEM_LABELS = {NODE_ROLE_LABEL: "system"}
+
+
+# --- access ---------------------------------------------------------------------------------------------------------
+
+def endpoint_access(c: ClusterConfig) -> dict[str, Any]:
+    """The EKS API endpoint's vpc_config part. Private always; public only for the CIDRs the user names, never the
+    whole internet unless `allowPublicEndpointFromAnywhere` says so."""
+    key = "kimi-k3:cluster"
+    if not c.endpoint_public_access:
+        if c.public_access_cidrs:
+            raise ConfigError(f"{key}.publicAccessCidrs = {c.public_access_cidrs}: the public endpoint is off "
+                              f"(endpointPublicAccess: false); allowed: none")
+        return {"endpoint_private_access": True, "endpoint_public_access": False}
+    if not c.public_access_cidrs:
+        raise ConfigError(f"{key}.publicAccessCidrs: required while the public API endpoint is on; allowed: the "
+                          "IPv4 CIDRs where pulumi and kubectl run, e.g. 203.0.113.0/24 (pulumi config set --path "
+                          "'kimi-k3:cluster.publicAccessCidrs[0]' ...), or endpointPublicAccess: false (run pulumi "
+                          "inside the VPC)")
+    anywhere = [cidr for cidr in c.public_access_cidrs if ipaddress.IPv4Network(cidr).prefixlen == 0]
+    if anywhere and not c.allow_public_endpoint_from_anywhere:
+        raise ConfigError(f"{key}.publicAccessCidrs = {c.public_access_cidrs}: {anywhere[0]} opens the EKS API "
+                          "endpoint to the whole internet; allowed: narrower CIDRs, or "
+                          f"{key}.allowPublicEndpointFromAnywhere: true to accept that")
+    return {"endpoint_private_access": True, "endpoint_public_access": True,
+            "public_access_cidrs": list(c.public_access_cidrs)}
+
+
+def irsa_trust_policy(provider_arn: str, issuer_url: str, namespace: str, service_account: str) -> str:
+    """Trust policy of an IAM role for one Kubernetes service account (IRSA: EKS iam-roles-for-service-accounts)."""
+    import json
+    host = issuer_url.removeprefix("https://")
+    return json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Federated": provider_arn}, "Action": "sts:AssumeRoleWithWebIdentity",
+        "Condition": {"StringEquals": {f"{host}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                                       f"{host}:aud": "sts.amazonaws.com"}}}]}, sort_keys=True)
+
+
+def least_privilege_problems(resources: list[dict[str, Any]]) -> list[str]:
+    """What in a rendered stack (resources.json entries) hands out more AWS access than the pods need: GPU launch
+    templates whose IMDS hop limit lets pods reach the node role, the VPC CNI policy on a node role, an API endpoint
+    open to the whole internet, a CSI driver add-on without its own role. Empty: nothing."""
+    out = []
+    roles = [r for r in resources if r["type"] == "aws:iam/role:Role"]
+    for r in resources:
+        t, i, n = r["type"], r.get("inputs") or {}, r["name"]
+        if t == "aws:ec2/launchTemplate:LaunchTemplate":
+            hops = (i.get("metadataOptions") or {}).get("httpPutResponseHopLimit", 1)
+            if hops > 1:
+                out.append(f"{n}: IMDS hop limit {hops}: pods can take the node role's credentials")
+        if t == "aws:iam/rolePolicyAttachment:RolePolicyAttachment" and i.get("policyArn", "").endswith(
+                "/AmazonEKS_CNI_Policy"):
+            # The attachment names its role by physical name: the role's own, or its autoname (resource name + suffix).
+            named = [x for x in roles if str(i.get("role")) in (x["inputs"].get("name"), None)
+                     or str(i.get("role")).startswith(x["name"])]
+            role = max(named, key=lambda x: len(x["name"]), default=None)
+            if role is not None and "ec2.amazonaws.com" in str(role["inputs"].get("assumeRolePolicy")):
+                out.append(f"{n}: the VPC CNI policy is on a node role (every pod on the node can use it)")
+        if t == "aws:eks/cluster:Cluster":
+            vpc = i.get("vpcConfig") or {}
+            if vpc.get("endpointPublicAccess", True) and any(
+                    ipaddress.IPv4Network(c).prefixlen == 0 for c in vpc.get("publicAccessCidrs") or ["0.0.0.0/0"]):
+                out.append(f"{n}: the public API endpoint accepts the whole internet")
+        if t == "aws:eks/addon:Addon" and i.get("addonName") in ("vpc-cni", "aws-fsx-csi-driver", "aws-efs-csi-driver") \
+                and not i.get("serviceAccountRoleArn"):
+            out.append(f"{n}: {i.get('addonName')} has no role of its own (falls back to the node role)")
+    return out
 
 
 # --- network -------------------------------------------------------------------------------------------------------

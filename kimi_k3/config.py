@@ -70,6 +70,13 @@ class GpuNodesConfig(Strict):
         description="node group desired size; default: the recipe's nodes. 0 scales the group to zero, as EKS "
         "requires before a Capacity Block node group is upgraded and advises before the block ends (docs/aws.md)")
     root_volume_gib: int = Field(200, alias="rootVolumeGiB", ge=50)
+    imds_hop_limit: Literal[1, 2] = Field(
+        1, alias="imdsHopLimit", description="IMDSv2 hop limit on GPU nodes: 1 keeps pods off the node role's "
+        "credentials (host-network pods still reach IMDS); 2 only if a pod there needs the node role (none here)")
+    rollout_launch_template: bool = Field(
+        False, alias="rolloutLaunchTemplate", description="apply launch template changes to the node group; "
+        "only with desiredNodes: 0 after an `up` that emptied it (EKS upgrades a Capacity Block node group at "
+        "desired size 0). Otherwise a changed template waits as a new version (docs/aws.md)")
 
 
 class ClusterConfig(Strict):
@@ -90,9 +97,14 @@ class ClusterConfig(Strict):
     admin_principal_arns: list[str] = Field(default_factory=list, alias="adminPrincipalArns",
                                             description="IAM principals given cluster-admin access entries")
     public_access_cidrs: list[str] = Field(
-        ["0.0.0.0/0"], alias="publicAccessCidrs", min_length=1,
-        description="IPv4 CIDRs that may reach the public EKS API endpoint (the private endpoint is always on); "
-        "the default is the whole internet: restrict it to where pulumi and kubectl run")
+        default_factory=list, alias="publicAccessCidrs",
+        description="IPv4 CIDRs that may reach the public EKS API endpoint (the private endpoint is always on): "
+        "required in eks mode while endpointPublicAccess is true; per user, like the reservation id")
+    endpoint_public_access: bool = Field(True, alias="endpointPublicAccess",
+                                         description="false: private API endpoint only (pulumi must run in the VPC)")
+    allow_public_endpoint_from_anywhere: bool = Field(
+        False, alias="allowPublicEndpointFromAnywhere",
+        description="accept 0.0.0.0/0 in publicAccessCidrs (the API is then reachable from the whole internet)")
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig, alias="systemNodes")
     gpu_nodes: GpuNodesConfig = Field(default_factory=GpuNodesConfig, alias="gpuNodes")
 

@@ -16,6 +16,8 @@ USER_SECRETS = ("kimi-k3:hfToken",)
 # Per-user values a shared stack file cannot hold (each team buys its own Capacity Block); offline tools assume
 # this placeholder, `pulumi up` refuses to run without the real one.
 RESERVATION_PLACEHOLDER = "cr-00000000000000000"
+# The networks allowed to reach the EKS API endpoint are per user too (TEST-NET-3, RFC 5737: routes nowhere).
+PUBLIC_CIDR_PLACEHOLDER = "203.0.113.0/24"
 
 
 class StackError(Exception):
@@ -69,6 +71,11 @@ def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
         cluster["gpuNodes"] = {**gpu_nodes, "capacityReservationId": RESERVATION_PLACEHOLDER}
         config["kimi-k3:cluster"] = json.dumps(cluster)
         assumed.append(f"kimi-k3:cluster.gpuNodes.capacityReservationId = {RESERVATION_PLACEHOLDER}")
+    if cluster.get("mode") == "eks" and cluster.get("endpointPublicAccess", True) \
+            and "publicAccessCidrs" not in cluster:
+        cluster["publicAccessCidrs"] = [PUBLIC_CIDR_PLACEHOLDER]
+        config["kimi-k3:cluster"] = json.dumps(cluster)
+        assumed.append(f"kimi-k3:cluster.publicAccessCidrs = [{PUBLIC_CIDR_PLACEHOLDER}]")
     return StackFile(config, secrets, assumed)
 
 

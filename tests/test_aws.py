@@ -66,7 +66,8 @@ def test_eks_control_plane_network_and_access(stack, rendered):
     eks = one(r, "aws:eks/cluster:Cluster")["inputs"]
     assert eks["version"] == "1.34"
     assert eks["vpcConfig"]["endpointPrivateAccess"] is True
-    assert eks["vpcConfig"]["publicAccessCidrs"] == ["0.0.0.0/0"], "default: today's behaviour (docs: restrict it)"
+    # Per user, like the reservation: offline tools assume TEST-NET-3; `up` without it refuses (BAD below).
+    assert eks["vpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
     assert eks["accessConfig"]["authenticationMode"] == "API"
     system = one(r, "aws:eks/nodeGroup:NodeGroup", "-system-nodes")["inputs"]
     assert system["capacityType"] == "ON_DEMAND" and system["labels"] == {"kimi-k3.io/node-role": "system"}
@@ -131,7 +132,7 @@ def test_efs_storage():
     efs = one(r, "aws:efs/fileSystem:FileSystem")
     assert efs["protect"] and efs["retainOnDelete"]
     assert one(r, "kubernetes:core/v1:PersistentVolume")["inputs"]["spec"]["csi"]["driver"] == "efs.csi.aws.com"
-    assert one(r, "aws:eks/addon:Addon")["inputs"]["addonName"] == "aws-efs-csi-driver"
+    assert one(r, "aws:eks/addon:Addon", "-csi-driver")["inputs"]["addonName"] == "aws-efs-csi-driver"
 
 
 def test_existing_storage_class_in_eks_mode():
@@ -289,6 +290,21 @@ BAD = {
     "GPU node group sized between zero and the recipe": (
         "gb300", {"cluster": eks_cluster("gb300", gpuNodes={"desiredNodes": 2})},
         ["kimi-k3:cluster.gpuNodes.desiredNodes", "= 2", "needs 4 GPU nodes", "allowed: 0 (scale to zero) or 4..18"]),
+    "public API endpoint without the networks allowed to reach it": (
+        "gb300", {"cluster": eks_cluster("gb300", publicAccessCidrs=[])},
+        ["kimi-k3:cluster.publicAccessCidrs", "required", "e.g. 203.0.113.0/24", "endpointPublicAccess: false"]),
+    "public API endpoint open to the whole internet": (
+        "gb300", {"cluster": eks_cluster("gb300", publicAccessCidrs=["0.0.0.0/0"])},
+        ["kimi-k3:cluster.publicAccessCidrs", "0.0.0.0/0", "whole internet", "allowPublicEndpointFromAnywhere: true"]),
+    "public CIDRs with the public endpoint off": (
+        "gb300", {"cluster": eks_cluster("gb300", endpointPublicAccess=False)},
+        ["kimi-k3:cluster.publicAccessCidrs", "endpointPublicAccess: false", "allowed: none"]),
+    "launch template rollout with nodes running": (
+        "gb300", {"cluster": eks_cluster("gb300", gpuNodes={"rolloutLaunchTemplate": True})},
+        ["kimi-k3:cluster.gpuNodes.rolloutLaunchTemplate", "desired size 0", "allowed: with desiredNodes: 0"]),
+    "IMDS hop limit beyond 2": (
+        "gb300", {"cluster": eks_cluster("gb300", gpuNodes={"imdsHopLimit": 3})},
+        ["kimi-k3:cluster.gpuNodes.imdsHopLimit", "3"]),
     "public endpoint CIDR that is not a CIDR": (
         "gb300", {"cluster": eks_cluster("gb300", publicAccessCidrs=["203.0.113.0/33"])},
         ["kimi-k3:cluster.publicAccessCidrs", "203.0.113.0/33", "not an IPv4 CIDR", "allowed: e.g."]),
@@ -435,3 +451,113 @@ def test_efa_plugin_affinity_covers_every_gpu_instance_type(rendered):
     assert efa_plugin_covers("v0.5.14", {}, "p6e-gb300.36xlarge") is not None, "the old pin misses GB300"
     assert efa_plugin_covers("v0.5.14", {}, "p6e-gb200.36xlarge") is None
     assert set(d["affinityInstanceTypes"][d["version"]]) >= every
+
+
+# --- Capacity Block lifecycle (issue 9 item 13) ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_up_never_writes_the_gpu_node_group_size_or_template_back(stack, rendered):
+    """EKS scales a Capacity Block node group to 0 40 min before the block ends (capacity-blocks-mng); a later `up`
+    must not scale it back, nor roll a new template onto running nodes (upgrades need desired size 0)."""
+    ng = one(rendered[stack], "aws:eks/nodeGroup:NodeGroup", "-gpu-nodes")
+    assert ng["ignoreChanges"] == ["launchTemplate.version", "scalingConfig.desiredSize"]
+    assert ng["inputs"]["scalingConfig"]["desiredSize"] == NODES[stack], "created with the recipe's nodes"
+    assert one(rendered[stack], "aws:eks/nodeGroup:NodeGroup", "-system-nodes")["ignoreChanges"] == []
+
+
+def test_explicit_desired_size_is_written_and_rollout_is_staged():
+    zero = render_with("gb300", cluster=eks_cluster("gb300", gpuNodes={"desiredNodes": 0}))
+    ng = one(zero, "aws:eks/nodeGroup:NodeGroup", "-gpu-nodes")
+    assert ng["ignoreChanges"] == ["launchTemplate.version"], "step 1: only the size changes (to 0)"
+    assert ng["inputs"]["scalingConfig"]["desiredSize"] == 0
+    roll = render_with("gb300", cluster=eks_cluster("gb300", gpuNodes={"desiredNodes": 0, "rolloutLaunchTemplate": True}))
+    ng = one(roll, "aws:eks/nodeGroup:NodeGroup", "-gpu-nodes")
+    assert ng["ignoreChanges"] == [], "step 2: the new template version reaches the empty group"
+    back = render_with("gb300", cluster=eks_cluster("gb300", gpuNodes={"desiredNodes": 4}))
+    assert one(back, "aws:eks/nodeGroup:NodeGroup", "-gpu-nodes")["ignoreChanges"] == ["launchTemplate.version"]
+
+
+# --- least privilege (issue 9 item 14) -------------------------------------------------------------------------------
+
+def old_form(resources, change):
+    """resources.json entries with `change(entry)` applied to a deep copy (the form before the fix)."""
+    import copy
+    out = copy.deepcopy(resources)
+    for r in out:
+        change(r)
+    return out
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_least_privilege_holds_and_the_check_fails_on_the_old_forms(stack, rendered):
+    from kimi_k3.aws import least_privilege_problems
+    res = rendered[stack].resources
+    assert least_privilege_problems(res) == []
+
+    def hop2(r):
+        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate":
+            r["inputs"]["metadataOptions"]["httpPutResponseHopLimit"] = 2
+
+    def anywhere(r):
+        if r["type"] == "aws:eks/cluster:Cluster":
+            r["inputs"]["vpcConfig"]["publicAccessCidrs"] = ["0.0.0.0/0"]
+
+    def no_role(r):
+        if r["type"] == "aws:eks/addon:Addon":
+            r["inputs"].pop("serviceAccountRoleArn", None)
+
+    cni_on_node = old_form(res, lambda r: None) + [{
+        "urn": "x", "type": "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "name": "kimi-k3-eks-node-cni",
+        "inputs": {"role": "kimi-k3-eks-node-role-placeholder",
+                   "policyArn": "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"}}]
+    assert [p.split(":")[1].strip() for p in least_privilege_problems(old_form(res, hop2))] == [
+        "IMDS hop limit 2"]
+    assert "whole internet" in " ".join(least_privilege_problems(old_form(res, anywhere)))
+    assert "on a node role" in " ".join(least_privilege_problems(cni_on_node))
+    assert len(least_privilege_problems(old_form(res, no_role))) == 2, "vpc-cni and the CSI driver"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_node_role_has_no_cni_policy_and_cni_uses_its_own_role(stack, rendered):
+    r = rendered[stack]
+    attached = {x["inputs"]["policyArn"].rsplit("/", 1)[-1]: x["inputs"]["role"] for x in r.resources
+                if x["type"] == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"}
+    assert attached["AmazonEKS_CNI_Policy"] == "kimi-k3-eks-vpc-cni-placeholder"
+    node_policies = sorted(p for p, role in attached.items() if role == "kimi-k3-eks-node-role-placeholder")
+    assert node_policies == ["AmazonEC2ContainerRegistryPullOnly", "AmazonEKSWorkerNodePolicy",
+                             "AmazonSSMManagedInstanceCore"]
+    cni = one(r, "aws:eks/addon:Addon", "-vpc-cni")
+    assert cni["inputs"]["serviceAccountRoleArn"].endswith("role/kimi-k3-eks-vpc-cni-placeholder")
+    trust = json.loads(one(r, "aws:iam/role:Role", "-vpc-cni")["inputs"]["assumeRolePolicy"])["Statement"][0]
+    assert trust["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert set(trust["Condition"]["StringEquals"].values()) == {"system:serviceaccount:kube-system:aws-node",
+                                                                "sts.amazonaws.com"}
+    for group in ("-gpu-nodes", "-system-nodes"):
+        assert cni["urn"] in one(r, "aws:eks/nodeGroup:NodeGroup", group)["dependsOn"], "CNI credentials first"
+    lt = one(r, "aws:ec2/launchTemplate:LaunchTemplate", "-gpu-lt")["inputs"]["metadataOptions"]
+    assert lt == {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1}
+
+
+@pytest.mark.parametrize("kind, service_account", [("fsx-lustre", "fsx-csi-controller-sa"),
+                                                   ("efs", "efs-csi-controller-sa")])
+def test_csi_driver_has_its_own_role_with_no_permissions(kind, service_account):
+    r = render_with("gb300", storage={"kind": kind})
+    addon = one(r, "aws:eks/addon:Addon", "-csi-driver")["inputs"]
+    assert addon["serviceAccountRoleArn"].endswith("role/kimi-k3-storage-csi-controller-placeholder")
+    trust = json.loads(one(r, "aws:iam/role:Role", "-csi-controller")["inputs"]["assumeRolePolicy"])["Statement"][0]
+    assert f"system:serviceaccount:kube-system:{service_account}" in trust["Condition"]["StringEquals"].values()
+    assert not [x for x in r.resources if x["type"] == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+                and x["inputs"]["role"] == "kimi-k3-storage-csi-controller-placeholder"], "static PV: no FSx/EFS API"
+
+
+def test_ways_to_open_access_when_needed():
+    private = render_with("gb300", cluster=eks_cluster("gb300", endpointPublicAccess=False, publicAccessCidrs=[]))
+    vpc = one(private, "aws:eks/cluster:Cluster")["inputs"]["vpcConfig"]
+    assert vpc["endpointPublicAccess"] is False and vpc["endpointPrivateAccess"] is True
+    assert "publicAccessCidrs" not in vpc
+    anywhere = render_with("gb300", cluster=eks_cluster("gb300", publicAccessCidrs=["0.0.0.0/0"],
+                                                         allowPublicEndpointFromAnywhere=True))
+    assert one(anywhere, "aws:eks/cluster:Cluster")["inputs"]["vpcConfig"]["publicAccessCidrs"] == ["0.0.0.0/0"]
+    hop2 = render_with("gb300", cluster=eks_cluster("gb300", gpuNodes={"imdsHopLimit": 2}))
+    assert one(hop2, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["metadataOptions"][
+        "httpPutResponseHopLimit"] == 2

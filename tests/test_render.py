@@ -267,10 +267,18 @@ def test_per_user_values_are_placeholders_offline_and_required_by_pulumi_up(stac
     doc = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
     assert "kimi-k3:hfToken" not in doc and "capacityReservationId" not in doc["kimi-k3:cluster"]["gpuNodes"]
     assert rendered[stack].assumed == [
-        "kimi-k3:hfToken = [secret]", "kimi-k3:cluster.gpuNodes.capacityReservationId = cr-00000000000000000"]
+        "kimi-k3:hfToken = [secret]", "kimi-k3:cluster.gpuNodes.capacityReservationId = cr-00000000000000000",
+        "kimi-k3:cluster.publicAccessCidrs = [203.0.113.0/24]"]
     as_engine_passes_it = {k: v if isinstance(v, str) else json.dumps(v) for k, v in doc.items()}
     as_engine_passes_it["kimi-k3:hfToken"] = "hf_x"
     with pytest.raises(RenderError, match="capacityReservationId") as info:
+        render_config(stack, as_engine_passes_it, {"kimi-k3:hfToken"}, ROOT)
+    assert info.value.registered == []
+    # With the reservation set, the next per-user value `up` asks for: the networks allowed to reach the API.
+    cluster = {**doc["kimi-k3:cluster"]}
+    cluster["gpuNodes"] = {**cluster["gpuNodes"], "capacityReservationId": "cr-0123456789abcdef0"}
+    as_engine_passes_it["kimi-k3:cluster"] = json.dumps(cluster)
+    with pytest.raises(RenderError, match="publicAccessCidrs: required") as info:
         render_config(stack, as_engine_passes_it, {"kimi-k3:hfToken"}, ROOT)
     assert info.value.registered == []
 

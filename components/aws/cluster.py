@@ -10,9 +10,13 @@ import pulumi_aws as aws
 from kimi_k3 import aws as spec
 from kimi_k3.config import ClusterConfig
 
+from .iam import Oidc, service_account_role
+
 EKS_POLICIES = ("AmazonEKSClusterPolicy",)
-NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly",
-                 "AmazonSSMManagedInstanceCore")
+# The VPC CNI's policy is not here: it goes to the aws-node service account (IRSA), not to every pod's node
+# (EKS cni-iam-role: "We recommend that you assign it to a separate role").
+NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore")
+CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
 ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 
 
@@ -23,18 +27,20 @@ def _assume(service: str) -> str:
 
 class GpuClusterArgs:
     def __init__(self, cluster: ClusterConfig, gpu: spec.GpuNodePlan, subnets: list[spec.SubnetPlan],
-                 platform: str, tags: Optional[dict[str, str]] = None):
+                 platform: str, endpoint: dict, tags: Optional[dict[str, str]] = None):
         """
         :param cluster: `kimi-k3:cluster` (region, Kubernetes version, zones, VPC CIDR, node groups, admins).
         :param gpu: the validated GPU node plan (instance facts, capacity type, reservation, node count).
         :param subnets: the subnet layout (kimi_k3.aws.subnet_plan): private per zone, the GPU zone, public for NAT.
         :param platform: gb200 or gb300, for node labels.
+        :param endpoint: the API endpoint's access (kimi_k3.aws.endpoint_access: private, public CIDRs).
         :param tags: tags on every AWS resource.
         """
         self.cluster = cluster
         self.gpu = gpu
         self.subnets = subnets
         self.platform = platform
+        self.endpoint = endpoint
         self.tags = tags or {}
 
 
@@ -97,9 +103,8 @@ class GpuCluster(pulumi.ComponentResource):
         self.cluster = aws.eks.Cluster(
             f"{name}-eks", version=c.kubernetes_version, role_arn=cluster_role.arn,
             # Nodes reach the API privately; pulumi and kubectl use the public endpoint, open only to
-            # kimi-k3:cluster.publicAccessCidrs (default 0.0.0.0/0: restrict it).
-            vpc_config={"subnet_ids": self.system_subnet_ids, "endpoint_private_access": True,
-                        "endpoint_public_access": True, "public_access_cidrs": list(c.public_access_cidrs)},
+            # kimi-k3:cluster.publicAccessCidrs (required; never 0.0.0.0/0 unless explicitly allowed), or none.
+            vpc_config={"subnet_ids": self.system_subnet_ids, **args.endpoint},
             access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
             enabled_cluster_log_types=["api", "audit", "authenticator"], tags=tags, opts=child(*attachments))
         for i, arn in enumerate(c.admin_principal_arns):
@@ -109,6 +114,20 @@ class GpuCluster(pulumi.ComponentResource):
                                             principal_arn=arn, policy_arn=ADMIN_POLICY,
                                             access_scope={"type": "cluster"}, opts=child(entry))
         cluster_sg = self.cluster.vpc_config.cluster_security_group_id
+
+        # --- IRSA: the OIDC provider, and the VPC CNI's policy on the aws-node service account only ---
+        issuer = self.cluster.identities.apply(lambda ids: ids[0]["oidcs"][0]["issuer"] if isinstance(ids[0], dict)
+                                               else ids[0].oidcs[0].issuer)
+        oidc_provider = aws.iam.OpenIdConnectProvider(f"{name}-oidc", url=issuer, client_id_lists=["sts.amazonaws.com"],
+                                                      tags=tags, opts=child())
+        self.oidc = Oidc(oidc_provider.arn, issuer)
+        cni_role, cni_policy = service_account_role(f"{name}-vpc-cni", self.oidc, "kube-system", "aws-node",
+                                                    [CNI_POLICY], self, tags)
+        # Before any node: a node whose aws-node pod has no credentials never gets pod IPs (terraform-aws-eks
+        # `before_compute` for the same reason). OVERWRITE adopts the self-managed vpc-cni EKS installs.
+        self.vpc_cni = aws.eks.Addon(f"{name}-vpc-cni", cluster_name=self.cluster.name, addon_name="vpc-cni",
+                                     service_account_role_arn=cni_role.arn, resolve_conflicts_on_create="OVERWRITE",
+                                     resolve_conflicts_on_update="PRESERVE", tags=tags, opts=child(*cni_policy))
 
         # --- nodes ---
         node_role = aws.iam.Role(f"{name}-node-role", assume_role_policy=_assume("ec2.amazonaws.com"), tags=tags,
@@ -122,7 +141,7 @@ class GpuCluster(pulumi.ComponentResource):
             subnet_ids=self.system_subnet_ids, ami_type=sysn.ami_type, capacity_type="ON_DEMAND",
             instance_types=[sysn.instance_type], disk_size=sysn.disk_gib,
             scaling_config={"desired_size": sysn.count, "min_size": sysn.count, "max_size": sysn.count + 2},
-            labels=spec.SYSTEM_LABELS, tags=tags, opts=child(*node_policies))
+            labels=spec.SYSTEM_LABELS, tags=tags, opts=child(*node_policies, self.vpc_cni))
 
         # EFA needs all traffic between the interfaces allowed by a self-referencing security group.
         efa_sg = aws.ec2.SecurityGroup(
@@ -142,16 +161,16 @@ class GpuCluster(pulumi.ComponentResource):
             subnet_ids=[self.gpu_subnet_id], ami_type=gpu.ami_type, capacity_type=gpu.capacity_type,
             launch_template={"id": self.gpu_launch_template.id,
                              "version": self.gpu_launch_template.latest_version.apply(str)},
-            # Desired = the recipe's nodes, or 0 (kimi-k3:cluster.gpuNodes.desiredNodes): EKS capacity-blocks-mng and
-            # the UltraServer guide require desired size 0 before a Capacity Block node group is upgraded, and
-            # instances launch only while the block is active (docs/aws.md step 1).
+            # Desired = the recipe's nodes at creation; afterwards only an explicit desiredNodes is written (EKS scales
+            # the group to 0 before the block ends; the upgrade needs 0): kimi_k3.aws.gpu_node_group_ignore_changes.
             scaling_config={"desired_size": gpu.desired_nodes, "min_size": 0, "max_size": gpu.max_nodes},
             # A rolling replacement that happens anyway (a launch template change with nodes running) must not
             # need instances beyond the reservation: MINIMAL terminates old nodes before launching new ones
             # (EKS NodegroupUpdateConfig), all at once, since a TP group spans nodes and breaks with any of them.
             update_config={"update_strategy": "MINIMAL", "max_unavailable_percentage": 100},
             labels=spec.gpu_node_labels(args.platform), taints=[spec.GPU_TAINT], tags=tags,
-            opts=child(*node_policies))
+            opts=pulumi.ResourceOptions.merge(child(*node_policies, self.vpc_cni), pulumi.ResourceOptions(
+                ignore_changes=spec.gpu_node_group_ignore_changes(gpu))))
 
         self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
             self.cluster.name, self.cluster.endpoint, self.cluster.certificate_authority.data).apply(

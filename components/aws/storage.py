@@ -10,14 +10,19 @@ import pulumi_kubernetes as k8s
 from kimi_k3 import aws as spec
 from kimi_k3.config import StorageConfig
 
+from .iam import Oidc, service_account_role
+
 CSI = {"fsx-lustre": ("aws-fsx-csi-driver", "fsx.csi.aws.com"), "efs": ("aws-efs-csi-driver", "efs.csi.aws.com")}
+# The CSI controllers' service accounts (EKS add-ons aws-fsx-csi-driver, aws-efs-csi-driver).
+CSI_CONTROLLER_SA = {"fsx-lustre": "fsx-csi-controller-sa", "efs": "efs-csi-controller-sa"}
 
 
 class ModelStorageArgs:
     def __init__(self, storage: StorageConfig, cluster_name: pulumi.Input[str], vpc_id: pulumi.Input[str],
                  vpc_cidr: str, subnet_id: pulumi.Input[str], mount_subnet_ids: list[pulumi.Input[str]],
                  claim_namespace: str, claim_name: str, cache_path_in_fs: str, size_gi: int,
-                 wait_for: Optional[list[pulumi.Resource]] = None, tags: Optional[dict[str, str]] = None):
+                 wait_for: Optional[list[pulumi.Resource]] = None, tags: Optional[dict[str, str]] = None,
+                 oidc: Optional[Oidc] = None):
         """
         :param storage: `kimi-k3:storage` (kind fsx-lustre or efs, sizes, throughput, optional S3 import path).
         :param cluster_name: the EKS cluster, for the CSI driver add-on.
@@ -31,7 +36,9 @@ class ModelStorageArgs:
         :param size_gi: capacity the PV advertises (>= the PVC's request).
         :param wait_for: what the CSI driver add-on needs (nodes to run on: the system node group).
         :param tags: tags on every AWS resource.
+        :param oidc: the cluster's IAM OIDC provider: the CSI controller gets its own IRSA role, not the node role.
         """
+        self.oidc = oidc
         self.wait_for = wait_for or []
         self.storage = storage
         self.cluster_name = cluster_name
@@ -106,7 +113,15 @@ class ModelStorage(pulumi.ComponentResource):
             self.ready = [fs, *targets]
             self.filesystem_id = fs.id
             handle, attributes, mount_options = fs.id, {}, None
+        # The controller's own identity (IRSA) with no AWS permissions: the static PV needs no FSx/EFS API call (no
+        # dynamic provisioning); without it the controller would fall back to the node role. Dynamic provisioning
+        # would need AmazonFSxFullAccess / AmazonEFSCSIDriverPolicy on this role (docs/aws.md).
+        csi_role = None
+        if args.oidc is not None:
+            csi_role, _ = service_account_role(f"{name}-csi-controller", args.oidc, "kube-system",
+                                               CSI_CONTROLLER_SA[kind], [], self, tags)
         addon = aws.eks.Addon(f"{name}-csi-driver", cluster_name=args.cluster_name, addon_name=addon_name,
+                              service_account_role_arn=csi_role.arn if csi_role else None,
                               resolve_conflicts_on_create="OVERWRITE", tags=tags,
                               opts=pulumi.ResourceOptions(parent=self, depends_on=args.wait_for))
         self.ready.append(addon)

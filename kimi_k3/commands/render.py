@@ -30,7 +30,10 @@ COMPUTED_PLACEHOLDERS: dict[str, dict[str, Any]] = {
         "endpoint": "https://PLACEHOLDER.gr7.us-east-1.eks.amazonaws.com",
         "certificateAuthority": {"data": "UExBQ0VIT0xERVI="},
         "vpcConfig": {"clusterSecurityGroupId": "sg-placeholder-cluster"},
+        "identities": [{"oidcs": [{"issuer": "https://oidc.eks.us-east-1.amazonaws.com/id/PLACEHOLDER"}]}],
     },
+    "aws:iam/openIdConnectProvider:OpenIdConnectProvider": {
+        "arn": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/PLACEHOLDER"},
     "aws:ec2/launchTemplate:LaunchTemplate": {"latestVersion": 1},
     "aws:fsx/lustreFileSystem:LustreFileSystem": {"dnsName": "fs-placeholder.fsx.us-east-1.amazonaws.com",
                                                   "mountName": "placeholder"},
