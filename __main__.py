@@ -9,11 +9,13 @@ from components.platform import Addons, AddonsArgs
 from components.serving_graph import ServingGraph, ServingGraphArgs
 from kimi_k3 import aws, manifests, planner
 from kimi_k3.addons import addon_specs
-from kimi_k3.config import ConfigError, parse_stack_config
+from kimi_k3.config import parse_stack_config
+from kimi_k3.errors import UserError
 from kimi_k3.graph import build_graph, cache_size_gi
+from kimi_k3.stacks import in_stack_file
 
 raw = runtime_config.CONFIG.get()
-try:  # validate everything before the first resource is registered
+try:  # validate everything before the first resource is registered: bad input is one message, never a traceback
     cfg = parse_stack_config(raw, {k for k in raw if runtime_config.is_config_secret(k)})
     graph = build_graph(pulumi.get_stack(), cfg)
     cache_gi = cache_size_gi(cfg, planner.checkpoint_bytes(planner.load_model_facts()))
@@ -25,8 +27,11 @@ try:  # validate everything before the first resource is registered
         endpoint = aws.endpoint_access(cfg.cluster)
         aws.check_storage(cfg, cache_gi)
     addons = addon_specs(cfg, gpu_plan.instance.name if eks_mode else None)
-except ConfigError as err:
-    raise pulumi.RunError(str(err)) from None
+except UserError as err:
+    raise pulumi.RunError(in_stack_file(pulumi.get_stack(), err)) from None
+except Exception as err:  # noqa: BLE001 - a check that failed to say what is wrong is still reported in one line
+    raise pulumi.RunError(f"Pulumi.{pulumi.get_stack()}.yaml: the configuration could not be validated "
+                          f"({type(err).__name__}: {err}); this is a kimi-k3 bug, please report it") from None
 
 settings = pulumi.Config("kimi-k3")
 eks = None

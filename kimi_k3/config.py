@@ -11,8 +11,11 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .data import recipe_file
+from .errors import UserError, did_you_mean
 
-NAMESPACE = "kimi-k3"
+NAMESPACE = "kimi-k3"  # the project name (Pulumi.yaml): Pulumi passes `kimi-k3:<key>` to this program
+# Other config namespaces a stack file may use: the providers this program creates, and Pulumi's own.
+OTHER_NAMESPACES = ("aws", "kubernetes", "pulumi")
 SECRET_KEYS = ("hfToken", "kubeconfig")
 
 # Provisioners whose volumes attach to one node at a time: a 1.5 TB cache shared by every worker needs RWX.
@@ -23,15 +26,25 @@ RWO_ONLY_PROVISIONERS = {
 # Default class names of managed clusters that are block storage (EKS gp2/gp3, GKE standard-rwo, AKS managed-csi).
 RWO_ONLY_CLASS_NAMES = {"gp2", "gp3", "standard-rwo", "premium-rwo", "managed-csi", "managed-premium", "local-path"}
 
+# What a pattern means, for error messages (a user is told the rule in words, never the regex).
+PATTERN_ALLOWED: dict[str, str] = {}
+
+
+def allowed_as(regex: str, allowed: str) -> str:
+    """`regex`, recorded with the words an error message gives for it."""
+    PATTERN_ALLOWED[regex] = allowed
+    return regex
+
+
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
-Quantity = Annotated[str, Field(pattern=QUANTITY)]
+Quantity = Annotated[str, Field(pattern=allowed_as(QUANTITY, "a Kubernetes quantity, e.g. 16Gi, 512Mi or 1000"))]
 # A flag map: `--flag: value`; `true` is a bare flag; `null` (in overrides) drops the flag.
 FlagValue = Union[bool, str, int, float, None]
 
 
-class ConfigError(Exception):
+class ConfigError(UserError):
     """One clear, user-facing configuration error (key, value, what is allowed)."""
 
 
@@ -57,7 +70,7 @@ class GpuNodesConfig(Strict):
     ami_type: str = Field("AL2023_ARM_64_NVIDIA", alias="amiType")
     capacity_type: Optional[Literal["CAPACITY_BLOCK", "ON_DEMAND"]] = Field(
         None, alias="capacityType", description="default: CAPACITY_BLOCK for types sold only as Capacity Blocks")
-    capacity_reservation_id: Optional[str] = Field(None, alias="capacityReservationId", pattern=r"^cr-[0-9a-f]{8,17}$",
+    capacity_reservation_id: Optional[str] = Field(None, alias="capacityReservationId", pattern=allowed_as(r"^cr-[0-9a-f]{8,17}$", "cr- then 8-17 lower-case hex digits, e.g. cr-0123456789abcdef0"),
                                                    description="the Capacity Block's reservation id (cr-...)")
     availability_zone: str = Field("us-east-1-dfw-2a", alias="availabilityZone",
                                    description="zone of the reservation (p6e-gb200 Capacity Blocks: Dallas Local Zone)")
@@ -89,9 +102,9 @@ class ClusterConfig(Strict):
     render_dir: str = Field("rendered", alias="renderDir", description="directory for manifests in render mode")
     efa_devices_per_node: Optional[int] = Field(None, alias="efaDevicesPerNode", ge=0,
                                                 description="existing/render: EFA devices per GPU node (eks mode: from the instance type)")
-    region: str = Field("us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
-    kubernetes_version: str = Field("1.34", alias="kubernetesVersion", pattern=r"^1\.\d+$")
-    vpc_cidr: str = Field("10.64.0.0/16", alias="vpcCidr", pattern=r"^\d+\.\d+\.\d+\.\d+/16$")
+    region: str = Field("us-east-1", pattern=allowed_as(r"^[a-z]{2}(-[a-z]+)+-\d$", "an AWS region name, e.g. us-east-1"))
+    kubernetes_version: str = Field("1.34", alias="kubernetesVersion", pattern=allowed_as(r"^1\.\d+$", "a quoted Kubernetes minor version, e.g. \"1.34\""))
+    vpc_cidr: str = Field("10.64.0.0/16", alias="vpcCidr", pattern=allowed_as(r"^\d+\.\d+\.\d+\.\d+/16$", "an IPv4 /16 CIDR, e.g. 10.64.0.0/16"))
     availability_zones: list[str] = Field(["us-east-1a", "us-east-1b"], alias="availabilityZones", min_length=2, max_length=3,
                                           description="zones of the control plane and system nodes (EKS needs two)")
     admin_principal_arns: list[str] = Field(default_factory=list, alias="adminPrincipalArns",
@@ -132,16 +145,17 @@ class ClusterConfig(Strict):
 class FsxConfig(Strict):
     """`kimi-k3:storage.fsx`: the FSx for Lustre PERSISTENT_2 filesystem of the model cache."""
 
-    storage_capacity_gib: int = Field(recipe_file("storage.yaml")["fsx_lustre"]["size_gib"], alias="storageCapacityGiB",
+    storage_capacity_gib: int = Field(default_factory=lambda: recipe_file("storage.yaml")["fsx_lustre"]["size_gib"],
+                                      alias="storageCapacityGiB",
                                       ge=1,
                                       description="1200 or a multiple of 2400 GiB (recipes/aws.yaml); aggregate "
                                       "throughput = TiB x perUnitStorageThroughput, the cold-start lever (docs/aws.md)")
-    per_unit_storage_throughput: int = Field(recipe_file("storage.yaml")["fsx_lustre"]["per_unit_mbps_per_tib"],
+    per_unit_storage_throughput: int = Field(default_factory=lambda: recipe_file("storage.yaml")["fsx_lustre"]["per_unit_mbps_per_tib"],
                                              alias="perUnitStorageThroughput",
                                              description="MB/s per TiB: 125, 250, 500 or 1000 (recipes/aws.yaml)")
     efa_enabled: bool = Field(True, alias="efaEnabled", description="EFA + GPUDirect Storage clients (Lustre 2.15)")
     file_system_type_version: str = Field("2.15", alias="fileSystemTypeVersion")
-    s3_import_path: Optional[str] = Field(None, alias="s3ImportPath", pattern=r"^s3://[a-z0-9.-]{3,63}(/.*)?$",
+    s3_import_path: Optional[str] = Field(None, alias="s3ImportPath", pattern=allowed_as(r"^s3://[a-z0-9.-]{3,63}(/.*)?$", "s3://bucket/prefix, e.g. s3://my-weights/kimi-k3"),
                                           description="s3://bucket/prefix holding pre-staged weights (data repository association)")
 
     @field_validator("storage_capacity_gib")
@@ -175,7 +189,7 @@ class StorageConfig(Strict):
     kind: Optional[Literal["fsx-lustre", "efs", "existing"]] = Field(
         None, description="fsx-lustre (default in eks mode), efs, or existing (a storageClass); "
         "default: existing when storageClass is set")
-    storage_class: Optional[str] = Field(None, alias="storageClass", pattern=DNS_LABEL.replace("{0,61}", "{0,252}"),
+    storage_class: Optional[str] = Field(None, alias="storageClass", pattern=allowed_as(DNS_LABEL.replace("{0,61}", "{0,252}"), "a StorageClass name: lower-case letters, digits and '-', e.g. fsx-sc"),
                                          description="StorageClass of the model-cache PVC (kind existing); must support ReadWriteMany")
     provisioner: Optional[str] = Field(None, description="the class's provisioner, when known, to reject block storage")
     size_gi: Optional[int] = Field(None, alias="sizeGi", ge=1, description="PVC size; default: checkpoint size plus headroom")
@@ -201,7 +215,7 @@ class AddonConfig(Strict):
     """`kimi-k3:platform.<addon>`: install it (a helm release) or assume it present; its pinned chart version."""
 
     install: Optional[bool] = Field(None, description="default: true in eks mode, false otherwise (assumed present)")
-    version: Optional[str] = Field(None, pattern=r"^v?\d+\.\d+\.\d+([-+][\w.]+)?$",
+    version: Optional[str] = Field(None, pattern=allowed_as(r"^v?\d+\.\d+\.\d+([-+][\w.]+)?$", "a chart version, e.g. 1.5.0 or v25.3.4"),
                                    description="chart version; default: recipes/addons.yaml")
     values: dict[str, Any] = Field(default_factory=dict, description="deep-merged over recipes/addons.yaml values")
 
@@ -225,13 +239,13 @@ class EstimatesConfig(Strict):
 class ModelConfig(Strict):
     """`kimi-k3:model`: which checkpoint, and where it lives in the cache."""
 
-    repo: str = Field("moonshotai/Kimi-K3", pattern=r"^[\w.-]+/[\w.-]+$")
+    repo: str = Field("moonshotai/Kimi-K3", pattern=allowed_as(r"^[\w.-]+/[\w.-]+$", "a Hugging Face repo id OWNER/NAME, e.g. moonshotai/Kimi-K3"))
     revision: str = Field("main", description="Hugging Face revision; pin a commit sha for reproducible weights")
     served_model_name: str = Field("moonshotai/Kimi-K3", alias="servedModelName")
-    cache_mount_path: str = Field("/model-cache", alias="cacheMountPath", pattern=r"^/[\w./-]*$")
+    cache_mount_path: str = Field("/model-cache", alias="cacheMountPath", pattern=allowed_as(r"^/[\w./-]*$", "an absolute path of letters, digits, '.', '_', '-', e.g. /model-cache"))
     download_image: str = Field("python:3.12.11-slim-bookworm", alias="downloadImage",
                                 description="image for the download Job (Docker Hub official python image)")
-    hub_version: str = Field("1.16.4", alias="hubVersion", pattern=r"^\d+\.\d+\.\d+$",
+    hub_version: str = Field("1.16.4", alias="hubVersion", pattern=allowed_as(r"^\d+\.\d+\.\d+$", "a version MAJOR.MINOR.PATCH, e.g. 1.16.4"),
                              description="huggingface_hub version the Job installs (upstream model-download.yaml pins 1.16.4)")
 
 
@@ -264,10 +278,10 @@ class FrontendOverride(Strict):
 class ServingConfig(Strict):
     """`kimi-k3:serving`: the serving graph's knobs and overrides of the recipe."""
 
-    namespace: str = Field("kimi-k3", pattern=DNS_LABEL)
+    namespace: str = Field("kimi-k3", pattern=allowed_as(DNS_LABEL, "a DNS label: up to 63 lower-case letters, digits and '-', e.g. kimi-k3"))
     image: Optional[str] = Field(None, min_length=1, description="replaces the recipe's runtime image (all roles)")
     runtime_version: Optional[str] = Field(None, alias="runtimeVersion", description="semver of the image for runtimeVersionOverride")
-    pd_ratio: Optional[str] = Field(None, alias="pdRatio", pattern=r"^[0-9]+:[0-9]+$",
+    pd_ratio: Optional[str] = Field(None, alias="pdRatio", pattern=allowed_as(r"^[0-9]+:[0-9]+$", "PREFILL:DECODE replicas as a quoted string, e.g. \"1:2\""),
                                     description="prefill:decode replicas, e.g. 1:2 (disaggregated recipes only)")
     startup_probe_seconds: int = Field(7200, alias="startupProbeSeconds", ge=60,
                                        description="startup probe budget of each worker (weights load + warmup)")
@@ -284,7 +298,7 @@ class PricingConfig(Strict):
 
     instance_hour_usd: float = Field(alias="instanceHourUsd", gt=0)
     source: str = Field(min_length=1)
-    as_of: str = Field(alias="asOf", pattern=r"^\d{4}-\d{2}(-\d{2})?$")
+    as_of: str = Field(alias="asOf", pattern=allowed_as(r"^\d{4}-\d{2}(-\d{2})?$", "a quoted date YYYY-MM or YYYY-MM-DD, e.g. \"2026-10\""))
 
 
 class StackConfig(Strict):
@@ -316,17 +330,66 @@ def _key_of(loc: tuple[Any, ...]) -> str:
     return f"{NAMESPACE}:{names[0]}" + "".join(f".{n}" for n in names[1:])
 
 
-def format_validation_error(err: ValidationError) -> str:
+def _yaml_number_hint(value: Any) -> str:
+    """Why a number reached a text field: YAML reads an unquoted 1.30 as the float 1.3."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ""
+    return (f" (YAML read the unquoted value as the number {value!r}"
+            + (", dropping trailing zeros: 1.30 becomes 1.3" if isinstance(value, float) else "")
+            + "; quote it in the stack file, e.g. \"1.30\")")
+
+
+def _message(e: dict[str, Any], siblings: list[str]) -> str:
+    """One validation error in words: what is wrong and what is allowed (never a raw regex)."""
+    kind, msg, ctx = e["type"], e["msg"].removeprefix("Value error, "), e.get("ctx") or {}
+    if kind == "string_pattern_mismatch":
+        return "allowed: " + PATTERN_ALLOWED.get(ctx.get("pattern", ""), f"a value matching {ctx.get('pattern')}")
+    if kind == "string_type":
+        return "must be text" + _yaml_number_hint(e.get("input"))
+    if kind == "literal_error":
+        return "allowed: " + str(ctx.get("expected", msg)).replace("'", "")
+    if kind == "model_type" or kind == "dict_type":
+        return "must be a mapping of keys to values" + (f"; allowed keys: {', '.join(siblings)}" if siblings else "")
+    return msg
+
+
+def _field_names(model: Any, loc: tuple[Any, ...]) -> list[str]:
+    """The keys a user may write where `loc` points (for 'unknown key' and 'must be a mapping' messages)."""
+    for part in loc[:-1]:
+        field = getattr(model, "model_fields", {}).get(str(part)) or next(
+            (f for f in getattr(model, "model_fields", {}).values() if f.alias == str(part)), None)
+        if field is None:
+            return []
+        inner = [a for a in [field.annotation, *typing_args(field.annotation)] if isinstance(a, type)
+                 and issubclass(a, BaseModel)]
+        if not inner:
+            return []
+        model = inner[0]
+    return sorted((f.alias or n) for n, f in getattr(model, "model_fields", {}).items())
+
+
+def typing_args(annotation: Any) -> list[Any]:
+    import typing
+    out = []
+    for a in typing.get_args(annotation):
+        out += [a, *typing.get_args(a)]
+    return out
+
+
+def format_validation_error(err: ValidationError, model: Any = None) -> str:
     lines = []
     for e in err.errors():
         key = _key_of(e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            lines.append(f"{key}: unknown key (check the spelling against the README's configuration reference)")
+            known = _field_names(model, e["loc"]) if model is not None else []
+            hint = did_you_mean(str(e["loc"][-1]), known) + (f"; allowed keys: {', '.join(known)}" if known else
+                                                             " (check the spelling against the README's configuration reference)")
+            lines.append(f"{key}: unknown key{hint}")
         elif e["type"] == "missing":
             lines.append(f"{key}: required but not set")
         else:
-            lines.append(f"{key} = {json.dumps(e.get('input'), default=str)}: {msg}")
+            siblings = _field_names(model, (*e["loc"], "")) if model is not None else []
+            lines.append(f"{key} = {json.dumps(e.get('input'), default=str)}: {_message(e, siblings)}")
     return "invalid stack configuration:\n  " + "\n  ".join(lines)
 
 
@@ -353,6 +416,10 @@ def parse_stack_config(raw: dict[str, Any], secret_keys: set[str]) -> StackConfi
     fields: dict[str, Any] = {}
     for full_key, value in sorted(raw.items()):
         ns, _, key = full_key.partition(":")
+        if ns not in (NAMESPACE, *OTHER_NAMESPACES):
+            # A misspelt project namespace would drop the whole block and silently fall back to defaults.
+            raise ConfigError(f"{full_key}: unknown config namespace {ns!r}{did_you_mean(ns, [NAMESPACE])}; "
+                              f"allowed: {NAMESPACE} (this project), {', '.join(OTHER_NAMESPACES)}")
         if ns != NAMESPACE:
             continue
         if key in SECRET_KEYS:
@@ -370,7 +437,7 @@ def parse_stack_config(raw: dict[str, Any], secret_keys: set[str]) -> StackConfi
     try:
         cfg = StackConfig.model_validate(fields)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err)) from None
+        raise ConfigError(format_validation_error(err, StackConfig)) from None
     check_modes(cfg)
     aws_region = raw.get("aws:region")  # the AWS provider's region; every AWS resource lands there
     if cfg.cluster.mode == "eks" and aws_region and aws_region != cfg.cluster.region:

@@ -8,12 +8,19 @@ from typing import Any
 
 import yaml
 
+from .errors import UserError, read_text, yaml_error_message
+
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
 
 @lru_cache(maxsize=None)
 def _parsed(name: str) -> Any:
-    return yaml.safe_load((RECIPES / name).read_text())
+    path = RECIPES / name
+    text = read_text(path, "recipe file", f"recipes: {', '.join(sorted(p.name for p in RECIPES.glob('*.yaml')))}")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(yaml_error_message(f"recipes/{name}", exc)) from None
 
 
 def recipe_file(name: str) -> Any:

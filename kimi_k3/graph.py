@@ -12,9 +12,9 @@ from pydantic import Field, ValidationError
 from .data import recipe_file
 from .images import image_tag, names_runtime_version, pin_problem
 from .aws import efa_devices_per_node
-from .planner import Platform, load_platforms, memory_fit
+from .planner import Platform, load_model_facts, load_platforms, memory_fit
 from .config import (
-    ConfigError, FlagValue, Quantity, StackConfig, Strict, format_validation_error,
+    ConfigError, FlagValue, Quantity, StackConfig, Strict, allowed_as, format_validation_error,
 )
 
 SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
@@ -30,7 +30,7 @@ DERIVED_FRONTEND_FLAGS = {"--kv-cache-block-size": "the recipe's blockSize"}
 
 
 class RoleRecipe(Strict):
-    component: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")
+    component: str = Field(pattern=allowed_as(r"^[A-Za-z][A-Za-z0-9]*$", "letters and digits, starting with a letter, e.g. DecodeWorker"))
     type: Literal["prefill", "decode", "worker"]
     tp: int = Field(ge=1)
     replicas: int = Field(ge=0)
@@ -227,11 +227,38 @@ def _replicas(recipe: Recipe, cfg: StackConfig) -> dict[str, int]:
         if cfg.serving.pd_ratio is not None:
             raise ConfigError(f"kimi-k3:serving.roles.{key}.replicas: conflicts with kimi-k3:serving.pdRatio; set one")
         replicas[key] = over.replicas
+    for key, n in replicas.items():
+        if n < 1:  # a graph without one of its roles starts, and then serves nothing (no worker, or no decode)
+            where = (f"kimi-k3:serving.pdRatio = {cfg.serving.pd_ratio!r}" if cfg.serving.pd_ratio is not None
+                     else f"kimi-k3:serving.roles.{key}.replicas = {n}")
+            raise ConfigError(f"{where}: every role of recipe {cfg.recipe} needs at least 1 replica ({key} has {n}); "
+                              "allowed: 1 or more (to stop paying for GPUs, set "
+                              "kimi-k3:cluster.gpuNodes.desiredNodes = 0 or run pulumi destroy, which keeps the weights)")
     return replicas
 
 
-def _topology(key: str, recipe_role: RoleRecipe, over, platform: Platform) -> tuple[int, int]:
-    """(tp, nodes per replica), checked: whole nodes, multinode (>= 2 nodes), within one NVLink domain."""
+def _divides_heads(tp: int) -> bool:
+    m = load_model_facts()
+    return m.kda_heads % tp == 0 and m.mla_heads % tp == 0
+
+
+def allowed_tps(platform: Platform, util: float, kv_dtype: str, max_len: int) -> list[int]:
+    """Every TP a role may use on this platform: whole nodes, >= 2 nodes (Dynamo multinode), within one NVLink
+    domain, dividing the attention heads, and fitting weights plus one max-length request (the planner)."""
+    gpn = platform.gpus_per_node
+    out = []
+    for nodes in range(2, platform.nvlink_domain_nodes + 1):
+        tp = nodes * gpn
+        if _divides_heads(tp) and memory_fit(platform.name, tp, gpu_memory_utilization=util,
+                                             kv_cache_dtype=kv_dtype, max_model_len=max_len)[0]:
+            out.append(tp)
+    return out
+
+
+def _topology(key: str, recipe_role: RoleRecipe, over, platform: Platform, util: float, kv_dtype: str,
+              max_len: int) -> tuple[int, int]:
+    """(tp, nodes per replica), checked: whole nodes, multinode (>= 2 nodes), within one NVLink domain, dividing
+    the heads, fitting in memory. Every message lists the TPs that pass all of these checks."""
     where = f"kimi-k3:serving.roles.{key}"
     gpn = platform.gpus_per_node
     tp = over.tp if over and over.tp is not None else None
@@ -239,28 +266,32 @@ def _topology(key: str, recipe_role: RoleRecipe, over, platform: Platform) -> tu
     if tp is None and nodes is not None:
         tp = nodes * gpn
     tp = tp if tp is not None else recipe_role.tp
+
+    def allowed() -> str:
+        return f"allowed on {platform.name}: {', '.join(map(str, allowed_tps(platform, util, kv_dtype, max_len)))}"
+
     if tp % gpn:
         raise ConfigError(f"{where}.tp = {tp}: must be a multiple of {gpn} (GPUs per {platform.name} node), "
-                          f"so every pod takes a whole node; allowed: {', '.join(str(gpn * n) for n in (2, 4, 8))}, ...")
+                          f"so every pod takes a whole node; {allowed()}")
     derived_nodes = tp // gpn
     if nodes is not None and nodes != derived_nodes:
         raise ConfigError(f"{where}.nodesPerReplica = {nodes}: TP{tp} on {platform.name} spans {derived_nodes} nodes "
                           f"of {gpn} GPUs; set tp = nodesPerReplica x {gpn}")
     if derived_nodes < 2:
         raise ConfigError(f"{where}.tp = {tp}: gives multinode nodeCount {derived_nodes}; Dynamo multinode needs "
-                          f"nodeCount >= 2 (TP >= {2 * gpn} on {platform.name})")
+                          f"nodeCount >= 2 (TP >= {2 * gpn} on {platform.name}); {allowed()}")
     if derived_nodes > platform.nvlink_domain_nodes:
         raise ConfigError(f"{where}.tp = {tp}: spans {derived_nodes} nodes, more than one NVLink domain holds "
-                          f"({platform.nvlink_domain_nodes} {platform.name} nodes)")
-    return tp, derived_nodes
-
-
-def _check_fits(key: str, platform: str, tp: int, util: float, kv_dtype: str, max_len: int) -> None:
-    # The planner's memory model is also the policy pack's fit rule (one implementation).
-    fits, why = memory_fit(platform, tp, gpu_memory_utilization=util, kv_cache_dtype=kv_dtype,
-                                   max_model_len=max_len)
+                          f"({platform.nvlink_domain_nodes} {platform.name} nodes); {allowed()}")
+    if not _divides_heads(tp):
+        m = load_model_facts()
+        raise ConfigError(f"{where}.tp = {tp}: must divide Kimi K3's {m.mla_heads} attention heads "
+                          f"({m.kda_heads} KDA, {m.mla_heads} MLA); {allowed()}")
+    fits, why = memory_fit(platform.name, tp, gpu_memory_utilization=util, kv_cache_dtype=kv_dtype,
+                           max_model_len=max_len)  # the planner's memory model is also the policy pack's fit rule
     if not fits:
-        raise ConfigError(f"kimi-k3:serving.roles.{key}.tp = {tp}: {why}; use a larger TP")
+        raise ConfigError(f"{where}.tp = {tp}: {why}; use a larger TP ({allowed()})")
+    return tp, derived_nodes
 
 
 def _kv_over_efa(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
@@ -299,9 +330,8 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     roles = []
     for key, rr in recipe.roles.items():
         over = cfg.serving.roles.get(key)
-        tp, nodes = _topology(key, rr, over, platform)
         util = over.gpu_memory_utilization if over and over.gpu_memory_utilization else rr.gpu_memory_utilization
-        _check_fits(key, platform.name, tp, util, recipe.kv_cache_dtype, recipe.max_model_len)
+        tp, nodes = _topology(key, rr, over, platform, util, recipe.kv_cache_dtype, recipe.max_model_len)
         extra = over.extra_args if over else {}
         _check_overridable(extra, DERIVED_WORKER_FLAGS, f"kimi-k3:serving.roles.{key}.extraArgs")
         typed: dict[str, FlagValue] = {

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from .config import ConfigError, StackConfig, parse_stack_config
+from .errors import UserError, did_you_mean, read_text, yaml_error_message
 from .graph import ServingGraph, build_graph
 
 SECRET_PLACEHOLDER = "[secret]"
@@ -20,7 +21,7 @@ RESERVATION_PLACEHOLDER = "cr-00000000000000000"
 PUBLIC_CIDR_PLACEHOLDER = "203.0.113.0/24"
 
 
-class StackError(Exception):
+class StackError(UserError):
     """A stack that cannot be read, or whose configuration the program refuses."""
 
 
@@ -37,6 +38,16 @@ def stack_names(root: Path | None = None) -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
+def unknown_stack_message(stack: str, root: Path) -> str:
+    """`no stack 'x'`, with the stacks there are and the likely meant one (a file name given for a stack too)."""
+    names = stack_names(root)
+    file_form = stack.removeprefix("Pulumi.").removesuffix(".yaml")
+    if file_form != stack and file_form in names:
+        return f"{stack!r} is a stack file; give the stack name: {file_form}"
+    return (f"no stack {stack!r} (no Pulumi.{stack}.yaml in {root}){did_you_mean(stack, names)}; "
+            f"allowed: {', '.join(names)}")
+
+
 @dataclass
 class StackFile:
     config: dict[str, str]       # key -> value as the engine passes it (objects JSON-encoded)
@@ -49,8 +60,14 @@ def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
     root = root or project_root()
     path = root / f"Pulumi.{stack}.yaml"
     if not path.is_file():
-        raise StackError(f"no stack {stack!r}: {path.name} not found; stacks: {', '.join(stack_names(root))}")
-    doc = yaml.safe_load(path.read_text()) or {}
+        raise StackError(unknown_stack_message(stack, root))
+    try:
+        doc = yaml.safe_load(read_text(path, "stack file")) or {}
+    except yaml.YAMLError as exc:
+        raise StackError(yaml_error_message(path.name, exc)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("config") or {}, dict):
+        raise StackError(f"{path.name}: allowed: a mapping with a `config:` mapping of `kimi-k3:<key>: value` entries "
+                         "(see the README's configuration reference)")
     config: dict[str, str] = {}
     secrets: set[str] = set()
     for key, value in (doc.get("config") or {}).items():
@@ -64,9 +81,13 @@ def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
         if key not in config:
             config[key], _ = SECRET_PLACEHOLDER, secrets.add(key)
             assumed.append(f"{key} = {SECRET_PLACEHOLDER}")
-    cluster = json.loads(config.get("kimi-k3:cluster", "{}"))
-    gpu_nodes = cluster.get("gpuNodes", {})
-    if cluster.get("mode") == "eks" and gpu_nodes.get("capacityType", "CAPACITY_BLOCK") == "CAPACITY_BLOCK" \
+    try:
+        cluster = json.loads(config.get("kimi-k3:cluster", "{}"))
+    except json.JSONDecodeError:
+        cluster = None  # not a mapping: the configuration check reports it
+    gpu_nodes = cluster.get("gpuNodes", {}) if isinstance(cluster, dict) else None
+    if isinstance(gpu_nodes, dict) and cluster.get("mode") == "eks" \
+            and gpu_nodes.get("capacityType", "CAPACITY_BLOCK") == "CAPACITY_BLOCK" \
             and "capacityReservationId" not in gpu_nodes:
         cluster["gpuNodes"] = {**gpu_nodes, "capacityReservationId": RESERVATION_PLACEHOLDER}
         config["kimi-k3:cluster"] = json.dumps(cluster)
@@ -88,4 +109,10 @@ def load_stack(stack: str, root: Path | None = None) -> tuple[StackConfig, Servi
         cfg = parse_stack_config(stack_file.config, stack_file.secrets)
         return cfg, build_graph(stack, cfg)
     except ConfigError as err:
-        raise StackError(str(err)) from None
+        raise StackError(in_stack_file(stack, err)) from None
+
+
+def in_stack_file(stack: str, err: Exception) -> str:
+    """A configuration error, prefixed with the file it is about (recipe-file errors name theirs)."""
+    message = str(err)
+    return message if message.startswith(("recipes/", "Pulumi.")) else f"Pulumi.{stack}.yaml: {message}"

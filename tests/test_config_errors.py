@@ -9,7 +9,7 @@ from kimi_k3.commands.render import RenderError
 CASES = {
     "unknown recipe": (
         "gb300", {"recipe": "gb400"},
-        ["kimi-k3:recipe", "gb400", "'gb200'", "'gb300-disagg'"]),
+        ["kimi-k3:recipe", "gb400", "allowed: gb200, gb200-disagg, gb300 or gb300-disagg"]),
     "TP not in whole 4-GPU nodes": (
         "gb300", {"serving": {"roles": {"decode": {"tp": 6}}}},
         ["kimi-k3:serving.roles.decode.tp", "6", "multiple of 4"]),
@@ -60,7 +60,7 @@ CASES = {
         ["kimi-k3:serving.roles.decode.extraArgs", "--tensor-parallel-size", "kimi-k3:serving.roles.<role>.tp"]),
     "cluster mode": (
         "gb300", {"cluster": {"mode": "kind"}},
-        ["kimi-k3:cluster.mode", "kind", "'existing' or 'render'"]),
+        ["kimi-k3:cluster.mode", "kind", "allowed: eks, existing or render"]),
 }
 
 

@@ -345,8 +345,10 @@ def test_cli_cost_with_price(capsys):
 
 
 def test_cli_rejects_bad_shapes(capsys):
-    assert plan_cmd.run(_cli("--gpu", "gb200", "--tp", "6")) == 2
-    assert plan_cmd.run(_cli()) == 2
+    from kimi_k3.commands.main import main
+    assert main(["plan", "--gpu", "gb200", "--tp", "6"]) == 2
+    assert "--tp 6" in (err := capsys.readouterr().err) and "allowed: 4, 8, 12, 16" in err
+    assert main(["plan"]) == 2
     capsys.readouterr()
 
 

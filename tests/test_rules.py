@@ -1,6 +1,5 @@
 """Each rule passes on a good graph and fails on a mutation of it; upstream K3 profiles are pinned."""
 
-import argparse
 import json
 
 import pytest
@@ -227,10 +226,8 @@ def test_kube_refs_expand_through_env_and_respect_escape():
 
 
 def cli(*argv):
-    parser = argparse.ArgumentParser()
-    check.register(parser.add_subparsers())
-    args = parser.parse_args(["check", *argv])
-    return args.func(args)
+    from kimi_k3.commands.main import main
+    return main(["check", *argv])
 
 
 def test_check_render_dir_with_only_manifests(tmp_path, capsys):

@@ -18,7 +18,8 @@ import yaml
 
 from policies import rules
 
-from kimi_k3.stacks import StackError
+from kimi_k3.errors import UserError, did_you_mean, read_text, yaml_error_message
+from kimi_k3.stacks import StackError, project_root, stack_names, unknown_stack_message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,15 +28,32 @@ class Loaded:
     resources: Optional[list[rules.ResourceInfo]]  # None: manifests only
 
 
-def yaml_objects(text: str) -> list[dict]:
-    """Kubernetes objects of a multi-document YAML stream; `kind: List` documents are flattened."""
+def yaml_objects(text: str, source: str = "input") -> list[dict]:
+    """Kubernetes objects of a multi-document YAML stream; `kind: List` documents are flattened.
+
+    A syntax error is a UserError naming `source` and the line."""
     out: list[dict] = []
-    for doc in yaml.safe_load_all(text):
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        raise UserError(yaml_error_message(source, exc)) from None
+    for doc in docs:
         if isinstance(doc, dict) and doc.get("kind") == "List":
-            out.extend(doc.get("items") or [])
+            out.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
         elif isinstance(doc, dict):
             out.append(doc)
     return out
+
+
+def _kubernetes_objects(text: str, source: str) -> list[dict]:
+    """The objects of a file given to check: at least one, each with apiVersion and kind."""
+    objects = yaml_objects(text, source)
+    k8s = [o for o in objects if o.get("apiVersion") and o.get("kind")]
+    if not k8s:
+        found = f"{len(objects)} mapping(s) without apiVersion/kind" if objects else "no YAML mappings"
+        raise UserError(f"{source}: no Kubernetes objects ({found}); allowed: YAML documents with apiVersion and "
+                        "kind, e.g. a Dynamo recipe's deploy.yaml, or a stack name")
+    return objects
 
 
 def resource_infos(resources: Iterable[Mapping[str, Any]]) -> list[rules.ResourceInfo]:
@@ -43,30 +61,103 @@ def resource_infos(resources: Iterable[Mapping[str, Any]]) -> list[rules.Resourc
                                 bool(r.get("retainOnDelete"))) for r in resources]
 
 
+def _looks_like_path(target: str) -> bool:
+    return "/" in target or target.endswith((".yaml", ".yml", ".json")) or target.startswith(".")
+
+
 def load(target: str) -> Loaded:
     path = Path(target)
     if path.is_dir():
         manifests = path / "manifests.yaml"
         if not manifests.is_file():
-            raise FileNotFoundError(f"{target}: a render directory needs manifests.yaml")
+            raise UserError(f"{target}: a directory, but not a render directory (no manifests.yaml); allowed: the "
+                            "output of `kimi-k3 render` (build/STACK), a YAML file or a stack name")
         res_file = path / "resources.json"
-        resources = resource_infos(json.loads(res_file.read_text())["resources"]) if res_file.is_file() else None
-        return Loaded(yaml_objects(manifests.read_text()), resources)
+        resources = None
+        if res_file.is_file():
+            try:
+                resources = resource_infos(json.loads(res_file.read_text())["resources"])
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise UserError(f"{res_file}: not a kimi-k3 render's resources.json ({exc})") from None
+        return Loaded(_kubernetes_objects(read_text(manifests, "manifests"), str(manifests)), resources)
+    root = project_root()
     if path.is_file():
-        return Loaded(yaml_objects(path.read_text()), None)
+        stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+        if path.name == f"Pulumi.{stack}.yaml" and stack in stack_names(path.parent):
+            raise UserError(f"{target}: a stack file, not Kubernetes objects; give the stack name to check its "
+                            f"render: kimi-k3 check {stack}")
+        return Loaded(_kubernetes_objects(read_text(path, "file"), target), None)
+    if _looks_like_path(target) or target not in stack_names(root):
+        stacks = ", ".join(stack_names(root))
+        if _looks_like_path(target):
+            near = did_you_mean(path.name, [p.name for p in path.parent.glob("*")]) if path.parent.is_dir() else ""
+            raise UserError(f"{target}: no such file or directory{near}; allowed: a YAML file of Kubernetes objects, "
+                            f"a render directory or a stack ({stacks})")
+        raise UserError(unknown_stack_message(target, root) + "; or a YAML file or render directory")
     from .render import render_stack  # imported here: rendering needs the whole Pulumi program, a file does not
 
     rendered = render_stack(target)
     return Loaded(list(rendered.objects), resource_infos(rendered.resources))
 
 
+LEVELS = ("advisory", "mandatory", "remediate", "disabled")  # Pulumi's enforcement levels
+
+
+def _check_value(where: str, value: Any, schema: Mapping[str, Any]) -> None:
+    kind = schema.get("type")
+    if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
+        raise UserError(f"{where} = {json.dumps(value)}: allowed: a whole number"
+                        + (f" >= {schema['minimum']}" if "minimum" in schema else ""))
+    if kind == "integer" and "minimum" in schema and value < schema["minimum"]:
+        raise UserError(f"{where} = {value}: allowed: a whole number >= {schema['minimum']}")
+
+
 def load_config(path: Optional[str]) -> dict[str, dict[str, Any]]:
-    """Policy config in the shape of `pulumi preview --policy-pack-config`: rule -> {key: value}."""
+    """Policy config in the shape of `pulumi preview --policy-pack-config`: rule -> {key: value} or a level.
+
+    Every rule name, key, level and value is checked (a misspelt rule would otherwise be ignored)."""
     if not path:
         return {}
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    return {name: {k: v for k, v in value.items() if k != "enforcementLevel"}
-            for name, value in raw.items() if isinstance(value, dict)}
+    try:
+        raw = yaml.safe_load(read_text(path, "--config")) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(yaml_error_message(f"--config {path}", exc)) from None
+    if not isinstance(raw, dict):
+        raise UserError(f"--config {path}: allowed: a mapping of rule name -> {{key: value}} or an enforcement level")
+    names = [r.name for r in rules.RULES]
+    out: dict[str, dict[str, Any]] = {}
+    for name, value in raw.items():
+        where = f"--config {path}: {name}"
+        if name != "all" and name not in rules.RULES_BY_NAME:
+            raise UserError(f"{where}: unknown rule{did_you_mean(str(name), names)}; allowed: all, {', '.join(names)}")
+        if isinstance(value, str):
+            value = {"enforcementLevel": value}
+        if not isinstance(value, dict):
+            raise UserError(f"{where} = {json.dumps(value, default=str)}: allowed: an enforcement level "
+                            f"({', '.join(LEVELS)}) or a mapping of settings")
+        schema = {} if name == "all" else dict(rules.RULES_BY_NAME[name].config_schema)
+        for key, v in value.items():
+            if key == "enforcementLevel":
+                if v not in LEVELS:
+                    raise UserError(f"{where}.enforcementLevel = {json.dumps(v, default=str)}: allowed: {', '.join(LEVELS)}")
+            elif key not in schema:
+                allowed = ", ".join(["enforcementLevel", *schema])
+                raise UserError(f"{where}.{key}: unknown setting{did_you_mean(str(key), schema)}; allowed: {allowed}")
+            else:
+                _check_value(f"{where}.{key}", v, schema[key])
+        out[name] = dict(value)
+    return out
+
+
+def rule_settings(config: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What the rules read: each rule's settings, without enforcement levels."""
+    return {n: {k: v for k, v in c.items() if k != "enforcementLevel"} for n, c in config.items() if n != "all"}
+
+
+def level_of(rule: str, default: str, config: Mapping[str, Mapping[str, Any]]) -> str:
+    """The enforcement level a policy config gives a rule (its own entry, then `all`, then the rule's)."""
+    return (config.get(rule, {}).get("enforcementLevel") or config.get("all", {}).get("enforcementLevel")
+            or default)
 
 
 def format_lines(violations: Sequence[rules.Violation], skipped: Sequence[rules.NotEvaluated]) -> list[str]:
@@ -87,24 +178,58 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    settings = rule_settings(config)
     reports = []
     failed = False
     for target in args.targets:
         try:
             loaded = load(target)
-        except (FileNotFoundError, yaml.YAMLError, json.JSONDecodeError, StackError) as exc:
-            print(f"kimi-k3 check: {exc}", file=sys.stderr)
+        except StackError as exc:
+            print(f"kimi-k3 check {target}: {exc}", file=sys.stderr)
             return 2
-        violations, skipped = rules.run_all(loaded.objects, loaded.resources, config)
+        violations, skipped = rules.run_all(loaded.objects, loaded.resources, settings)
+        levels = {r.name: level_of(r.name, r.level, config) for r in rules.RULES}
+        violations = [dataclasses.replace(v, level=rules.ADVISORY if levels[v.rule] == "advisory" else
+                                          rules.MANDATORY) for v in violations if levels[v.rule] != "disabled"]
+        skipped = [s for s in skipped if levels[s.rule] != "disabled"]
         failed |= any(v.level == rules.MANDATORY for v in violations)
-        reports.append((target, violations, skipped))
+        reports.append((target, loaded, violations, skipped, levels))
     if args.json:
         print(json.dumps([{"target": t, "violations": [dataclasses.asdict(v) for v in vs],
-                           "not_evaluated": [dataclasses.asdict(s) for s in ss]} for t, vs, ss in reports], indent=2))
+                           "not_evaluated": [dataclasses.asdict(s) for s in ss],
+                           "checked": checked(loaded, vs, ss, levels)}
+                          for t, loaded, vs, ss, levels in reports], indent=2))
     else:
-        for target, violations, skipped in reports:
+        for target, loaded, violations, skipped, levels in reports:
             if len(reports) > 1:
                 print(f"# {target}")
             for line in format_lines(violations, skipped):
                 print(line)
+            print(summary(target, checked(loaded, violations, skipped, levels)))
     return 1 if failed else 0
+
+
+def checked(loaded: Loaded, violations: Sequence[rules.Violation], skipped: Sequence[rules.NotEvaluated],
+            levels: Mapping[str, str]) -> dict[str, Any]:
+    """What a check looked at: objects, resources, and per rule whether it passed, failed or was not evaluated."""
+    enabled = [r.name for r in rules.RULES if levels[r.name] != "disabled"]
+    failing = {v.rule for v in violations}
+    not_evaluated = {s.rule for s in skipped} - failing
+    return {"objects": len(loaded.objects), "resources": None if loaded.resources is None else len(loaded.resources),
+            "rules": len(enabled), "passed": sorted(set(enabled) - failing - not_evaluated),
+            "failed": sorted(failing), "not_evaluated": sorted(not_evaluated),
+            "disabled": sorted(r.name for r in rules.RULES if levels[r.name] == "disabled")}
+
+
+def summary(target: str, c: Mapping[str, Any]) -> str:
+    """The closing line: what was checked, so a clean result says what it covers."""
+    kinds = f"{c['objects']} Kubernetes objects" + ("" if c["resources"] is None else f", {c['resources']} Pulumi resources")
+    line = (f"{target}: {kinds}; {c['rules']} rules: {len(c['passed'])} passed, {len(c['failed'])} with violations, "
+            f"{len(c['not_evaluated'])} not evaluated")
+    if c["not_evaluated"]:
+        line += f" ({', '.join(c['not_evaluated'])}; reasons above)"
+    if c["disabled"]:
+        line += f"; disabled by --config: {', '.join(c['disabled'])}"
+    if c["resources"] is None:
+        line += "; stack rules saw manifests only (no resources.json)"
+    return line

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 from typing import Any
 
+from pathlib import Path
+
 from kimi_k3 import aws, planner
+from kimi_k3.errors import UserError
 from kimi_k3.stacks import StackError
 
 
@@ -16,22 +20,77 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", description=__doc__)
     p.add_argument("stack", nargs="?", help="stack name (reads its serving graph); omit with --gpu/--tp")
     p.add_argument("--gpu", help="ad hoc role: platform key from recipes/platforms.yaml")
-    p.add_argument("--tp", type=int, help="ad hoc role: tensor-parallel size")
-    p.add_argument("--dcp", type=int, default=1, help="decode context parallel size (splits MLA KV tokens)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--tp", type=whole(1), help="ad hoc role: tensor-parallel size")
+    p.add_argument("--dcp", type=whole(1), default=1, help="decode context parallel size (splits MLA KV tokens)")
+    p.add_argument("--gpu-memory-utilization", type=fraction, default=0.9, help="share of GPU memory vLLM may use, (0, 1]")
     p.add_argument("--kv-cache-dtype", choices=("fp8", "bf16"), default="fp8")
-    p.add_argument("--spec-tokens", type=int, default=0, help="speculative tokens per step")
-    p.add_argument("--max-model-len", type=int, default=1048576)
-    p.add_argument("--kv-budget-gib", type=float, help="use this KV pool per GPU instead of the computed one")
-    p.add_argument("--replicas", type=int, default=1, help="ad hoc role: worker replicas")
-    p.add_argument("--instance-hour-usd", type=float, help="price of one instance-hour (needs --price-source)")
+    p.add_argument("--spec-tokens", type=whole(0), default=0, help="speculative tokens per step")
+    p.add_argument("--max-model-len", type=whole(1), default=1048576)
+    p.add_argument("--kv-budget-gib", type=positive, help="use this KV pool per GPU instead of the computed one")
+    p.add_argument("--replicas", type=whole(1), default=1, help="ad hoc role: worker replicas")
+    p.add_argument("--instance-hour-usd", type=positive, help="price of one instance-hour (needs --price-source)")
     p.add_argument("--price-source", help="where --instance-hour-usd comes from")
     p.add_argument("--price-as-of", help="date of that price, YYYY-MM[-DD]")
-    p.add_argument("--output-tokens-per-second", type=float, help="stack output throughput for $/Mtok")
+    p.add_argument("--output-tokens-per-second", type=positive, help="stack output throughput for $/Mtok")
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
     p.add_argument("--plot", metavar="FILE.png", help="draw capacity and cost vs context length per role")
     p.set_defaults(func=run)
     return p
+
+
+def whole(least: int):
+    """argparse type: a whole number >= least (the message says what was given and what is allowed)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; allowed: {least} or more") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value} is too small; allowed: {least} or more")
+        return value
+    parse.__name__ = f"whole number >= {least}"
+    return parse
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive(text: str) -> float:
+    """argparse type: a number > 0 (a negative throughput or price would print a negative cost)."""
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not positive; allowed: a number > 0")
+    return value
+
+
+def fraction(text: str) -> float:
+    value = _number(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is outside (0, 1]; allowed: e.g. 0.9")
+    return value
+
+
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def check_plot_path(path: str) -> None:
+    """--plot FILE: a supported image type in a directory that exists and can be written (checked up front)."""
+    target = Path(path)
+    if target.suffix.lower() not in PLOT_FORMATS:
+        raise UserError(f"--plot {path}: unsupported file type {target.suffix or '(none)'!r}; allowed: a file name "
+                        f"ending in {', '.join(PLOT_FORMATS)}, e.g. plan.png")
+    parent = target.parent
+    if not parent.is_dir():
+        raise UserError(f"--plot {path}: directory {parent} does not exist; create it first or choose another path")
+    if target.is_dir() or not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UserError(f"--plot {path}: cannot be written here")
 
 
 def _pricing(args: argparse.Namespace, platform: planner.Platform) -> planner.Pricing | None:
@@ -46,11 +105,21 @@ def _pricing(args: argparse.Namespace, platform: planner.Platform) -> planner.Pr
 def _adhoc(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
     platforms = planner.load_platforms()
     if args.gpu not in platforms:
-        raise ValueError(f"unknown --gpu {args.gpu!r}; known: {', '.join(sorted(platforms))}")
+        raise UserError(f"--gpu {args.gpu!r}: unknown platform; allowed: {', '.join(sorted(platforms))} "
+                        "(recipes/platforms.yaml)")
     platform = platforms[args.gpu]
-    nodes = max(1, -(-args.tp // platform.gpus_per_node))
-    if args.tp != nodes * platform.gpus_per_node:
-        raise ValueError(f"--tp {args.tp} is not a whole number of {platform.gpus_per_node}-GPU {args.gpu} nodes")
+    facts = planner.load_model_facts()
+    gpn = platform.gpus_per_node
+    # A TP group fills whole nodes within one NVLink domain and divides the heads.
+    allowed = [tp for tp in range(1, platform.nvlink_domain_nodes * gpn + 1)
+               if tp % gpn == 0 and facts.mla_heads % tp == 0 and facts.kda_heads % tp == 0]
+    if args.tp not in allowed:
+        raise UserError(f"--tp {args.tp}: not a TP Kimi K3 can use on {args.gpu} (whole {gpn}-GPU nodes within one "
+                        f"NVLink domain of {platform.nvlink_domain_nodes} nodes, dividing the {facts.mla_heads} "
+                        f"heads); allowed: {', '.join(map(str, allowed))}")
+    if args.dcp > args.tp or args.tp % args.dcp:
+        raise UserError(f"--dcp {args.dcp}: must divide --tp {args.tp}")
+    nodes = max(1, -(-args.tp // gpn))
     role = planner.RoleSpec(name="worker", gpu=args.gpu, tp=args.tp, nodes_per_replica=nodes,
                             replicas=args.replicas, gpu_memory_utilization=args.gpu_memory_utilization,
                             kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len,
@@ -174,6 +243,8 @@ def plot(stack: planner.StackPlan, path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_plot_path(args.plot)
     try:
         if args.stack and args.gpu:
             raise ValueError("give either STACK or --gpu/--tp, not both")
@@ -188,5 +259,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(json.dumps(stack.to_json(), indent=2) if args.json else render_table(stack, title))
     if args.plot:
-        plot(stack, args.plot)
+        try:
+            plot(stack, args.plot)
+        except OSError as exc:
+            raise UserError(f"--plot {args.plot}: cannot be written ({exc.strerror or exc})") from None
     return 0

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from google.protobuf import json_format
 
+from kimi_k3.errors import UserError, check_writable_dir
 from kimi_k3.stacks import SECRET_PLACEHOLDER, StackError, project_root, read_stack_config
 
 PROJECT = "kimi-k3"
@@ -227,14 +228,21 @@ kimi-k3:estimates; the download and the workers' weight load come from the plann
 
 
 def run(args: argparse.Namespace) -> int:
+    outs = {stack: Path(args.out) if args.out and len(args.stacks) == 1 else Path(args.out or "build") / stack
+            for stack in args.stacks}
+    for out in outs.values():  # before the first render: a bad --out fails fast and leaves nothing behind
+        check_writable_dir(out, "--out")
     for stack in args.stacks:
-        out = Path(args.out) if args.out and len(args.stacks) == 1 else Path(args.out or "build") / stack
+        out = outs[stack]
         try:
             rendered = render_stack(stack)
         except StackError as err:
             print(f"kimi-k3 render {stack}: {err}", file=sys.stderr)
             return 2
-        rendered.write(out)
+        try:
+            rendered.write(out)
+        except OSError as exc:
+            raise UserError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
         print(f"{stack}: {len(rendered.objects)} Kubernetes objects, {len(rendered.resources)} resources, "
               f"{rendered.outputs.get('gpus')} GPUs on {rendered.outputs.get('nodes')} nodes -> {out}/")
         if rendered.assumed:

@@ -105,6 +105,17 @@ def platform_for_product(product: Optional[str]) -> Optional[Platform]:
 
 
 # ---------------------------------------------------------------------------------------- object helpers
+def shown(value: Any) -> str:
+    """A value inside a message: quoted, or `(not set)` when absent (a message never says a bare None)."""
+    return "(not set)" if value is None else repr(value)
+
+
+def name_of(item: Mapping) -> str:
+    """A component's or container's name for a message; `(unnamed)` when the input has none."""
+    name = item.get("name") if isinstance(item, Mapping) else None
+    return str(name) if name not in (None, "") else "(unnamed)"
+
+
 def target_of(obj: Mapping) -> str:
     return f"{obj.get('kind', '?')}/{(obj.get('metadata') or {}).get('name', '?')}"
 
@@ -204,7 +215,7 @@ def _json_flag(tokens: Sequence[str], name: str) -> Mapping[str, Any]:
 def pod_specs(obj: Mapping) -> Iterator[tuple[str, Mapping]]:
     """(label, pod spec) of every pod template an object carries."""
     for comp in components(obj):
-        yield f"component {comp.get('name')}", pod_spec(comp)
+        yield f"component {name_of(comp)}", pod_spec(comp)
     path = _WORKLOAD_TEMPLATE_PATHS.get(obj.get("kind", ""))
     if path and not components(obj):
         node: Any = obj

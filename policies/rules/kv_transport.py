@@ -7,6 +7,7 @@ from typing import Iterator, Mapping, Sequence
 from kimi_k3 import flags
 from kimi_k3.manifests import EFA_RESOURCE as EFA
 from policies.rules.base import (
+    name_of, shown,
     Context,
     Finding,
     REMOVED_FLAGS,
@@ -33,13 +34,13 @@ def check_disagg_roles_use_nixl(obj: Mapping, ctx: Context) -> Iterator[Result]:
         role = _component_type(comp)
         if role not in ("prefill", "decode"):
             continue
-        where = f"component {comp.get('name')} ({role})"
+        where = f"component {name_of(comp)} ({role})"
         mode = flags.flag_value(tokens, "--disaggregation-mode")
         if mode != role:
-            yield Finding(target_of(obj), f"{where}: --disaggregation-mode is {mode!r}, expected {role!r}")
+            yield Finding(target_of(obj), f"{where}: --disaggregation-mode is {shown(mode)}, expected {role!r}")
         connector = _json_flag(tokens, "--kv-transfer-config").get("kv_connector")
         if connector != "NixlConnector":
-            yield Finding(target_of(obj), f"{where}: --kv-transfer-config kv_connector is {connector!r}, "
+            yield Finding(target_of(obj), f"{where}: --kv-transfer-config kv_connector is {shown(connector)}, "
                           "expected 'NixlConnector'")
 
 
@@ -47,7 +48,7 @@ def check_no_removed_flags(obj: Mapping, ctx: Context) -> Iterator[Result]:
     for comp, _, tokens in workers(obj):
         for removed in REMOVED_FLAGS:
             if flags.has_flag(tokens, removed):
-                yield Finding(target_of(obj), f"component {comp.get('name')}: {removed} was removed; use "
+                yield Finding(target_of(obj), f"component {name_of(comp)}: {removed} was removed; use "
                               "--disaggregation-mode")
 
 
@@ -65,7 +66,7 @@ def check_ucx_settings_consistent(obj: Mapping, ctx: Context) -> Iterator[Result
             env = flags.container_env(container)
             tls, mnnvl = env.get("UCX_TLS"), env.get("UCX_CUDA_IPC_ENABLE_MNNVL")
             if tls and mnnvl and mnnvl.lower() in ("y", "yes", "1", "true", "on") and _ucx_excludes_cuda_ipc(tls):
-                yield Finding(target_of(obj), f"{label} container {container.get('name')}: UCX_TLS={tls} excludes "
+                yield Finding(target_of(obj), f"{label} container {name_of(container)}: UCX_TLS={tls} excludes "
                               "cuda_ipc while UCX_CUDA_IPC_ENABLE_MNNVL=y; KV transfer leaves NVLink for RDMA/TCP")
 
 
@@ -84,7 +85,7 @@ def check_efa_uses_libfabric(obj: Mapping, ctx: Context) -> Iterator[Result]:
         dotted = config.get("kv_connector_extra_config.backends")
         names = [str(b).upper() for b in (backends or [])] + ([str(dotted).upper()] if dotted else [])
         if "LIBFABRIC" not in names:
-            yield Finding(target_of(obj), f"component {comp.get('name')}: requests {EFA} but NIXL backends are "
+            yield Finding(target_of(obj), f"component {name_of(comp)}: requests {EFA} but NIXL backends are "
                           f"{names or ['UCX (default)']}; set kv_connector_extra_config.backends to ['LIBFABRIC']")
 
 
@@ -96,13 +97,13 @@ def check_frontend_block_size_matches_workers(obj: Mapping, ctx: Context) -> Ite
         for comp, _, tokens in workers(obj):
             block = flags.flag_value(tokens, "--block-size")
             if block is None:
-                yield Finding(target_of(obj), f"component {comp.get('name')}: no --block-size while frontend "
-                              f"{fe.get('name')} routes with --kv-cache-block-size {router_block}; vLLM's default "
+                yield Finding(target_of(obj), f"component {name_of(comp)}: no --block-size while frontend "
+                              f"{name_of(fe)} routes with --kv-cache-block-size {router_block}; vLLM's default "
                               "(16 on CUDA, raised to the attention backend's kernel block, e.g. 64 for MLA) "
                               "cannot be proven equal")
             elif block != router_block:
-                yield Finding(target_of(obj), f"component {comp.get('name')}: --block-size {block} != frontend "
-                              f"{fe.get('name')} --kv-cache-block-size {router_block}")
+                yield Finding(target_of(obj), f"component {name_of(comp)}: --block-size {block} != frontend "
+                              f"{name_of(fe)} --kv-cache-block-size {router_block}")
 
 
 def _publishes_kv_events(tokens: Sequence[str]) -> bool:
@@ -121,6 +122,6 @@ def check_kv_router_has_kv_events(obj: Mapping, ctx: Context) -> Iterator[Result
             # Disaggregated: prefix hits are realised where the prompt is computed, the prefill role.
             routed = _component_type(comp) == "prefill" if disagg else True
             if routed and not _publishes_kv_events(tokens):
-                yield Finding(target_of(obj), f"component {comp.get('name')}: frontend {fe.get('name')} uses "
+                yield Finding(target_of(obj), f"component {name_of(comp)}: frontend {name_of(fe)} uses "
                               "--router-mode kv but this worker publishes no KV events "
                               "(--kv-events-config with enable_kv_cache_events true)")

@@ -6,6 +6,7 @@ from typing import Iterator, Mapping, Optional
 
 from kimi_k3 import flags
 from policies.rules.base import (
+    name_of, shown,
     Context,
     Finding,
     Result,
@@ -40,7 +41,7 @@ def _env_refs(obj: Mapping, with_env_from: bool) -> Iterator[Result]:
                 continue
             for message, _ in _env_ref_problems(container):
                 suffix = " (envFrom may define it: cannot be proven)" if with_env_from else ""
-                yield Finding(target_of(obj), f"{label} container {container.get('name')}: {message}{suffix}")
+                yield Finding(target_of(obj), f"{label} container {name_of(container)}: {message}{suffix}")
 
 
 def check_env_refs_resolve(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -62,11 +63,11 @@ def check_model_path_under_cache_mount(obj: Mapping, ctx: Context) -> Iterator[R
             raw, value = resolved_model(container, tokens)
             if raw is None:
                 continue
-            where = f"{label} container {container.get('name')}"
+            where = f"{label} container {name_of(container)}"
             if value is None or _is_placeholder(value):
-                yield Finding(target_of(obj), f"{where}: model path {raw!r} does not resolve to a value")
+                yield Finding(target_of(obj), f"{where}: model path {shown(raw)} does not resolve to a value")
             elif not value.startswith("/"):
-                yield Finding(target_of(obj), f"{where}: model {value!r} (from {raw!r}) is not an absolute path; "
+                yield Finding(target_of(obj), f"{where}: model {shown(value)} (from {shown(raw)}) is not an absolute path; "
                               "a Hub id makes every cold start depend on the Hub and the cache layout")
             else:
                 found = model_mount(container, spec, value)
@@ -83,9 +84,9 @@ def check_roles_agree_on_model(obj: Mapping, ctx: Context) -> Iterator[Result]:
         served_raw = flags.flag_value(tokens, "--served-model-name")
         env = flags.container_env(container)
         served = flags.resolve(served_raw, env, flags.shell_script(container) is not None) if served_raw else path
-        seen.setdefault((path, served), []).append(str(comp.get("name")))
+        seen.setdefault((path, served), []).append(name_of(comp))
     if len(seen) > 1:
-        described = "; ".join(f"{', '.join(names)} -> path {p!r}, served as {s!r}" for (p, s), names in sorted(
+        described = "; ".join(f"{', '.join(names)} -> path {shown(p)}, served as {shown(s)}" for (p, s), names in sorted(
             seen.items(), key=lambda kv: kv[1]))
         yield Finding(target_of(obj), f"workers disagree on the model: {described}")
 
@@ -95,5 +96,5 @@ def check_model_cache_read_only(obj: Mapping, ctx: Context) -> Iterator[Result]:
         _, value = resolved_model(container, tokens)
         found = model_mount(container, pod_spec(comp), value) if value and value.startswith("/") else None
         if found and not found[0].get("readOnly"):
-            yield Finding(target_of(obj), f"component {comp.get('name')}: model-cache mount "
+            yield Finding(target_of(obj), f"component {name_of(comp)}: model-cache mount "
                           f"{found[0].get('mountPath')} is writable; workers only read weights")

@@ -6,6 +6,7 @@ from typing import Iterator, Mapping, Sequence
 
 from kimi_k3.images import image_tag, names_runtime_version, pin_problem
 from policies.rules.base import (
+    name_of, shown,
     CACHE_FILESYSTEM_TYPES,
     Context,
     DEFAULT_MIN_STARTUP_SECONDS,
@@ -31,7 +32,7 @@ def check_images_pinned(obj: Mapping, ctx: Context) -> Iterator[Result]:
         for container in all_containers(spec):
             problem = pin_problem(container.get("image"))
             if problem:
-                yield Finding(target_of(obj), f"{label} container {container.get('name')}: {problem}")
+                yield Finding(target_of(obj), f"{label} container {name_of(container)}: {problem}")
 
 
 def check_runtime_version_declared(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -39,7 +40,7 @@ def check_runtime_version_declared(obj: Mapping, ctx: Context) -> Iterator[Resul
         image = (main_container(comp) or {}).get("image") or ""
         if names_runtime_version(image) or comp.get("runtimeVersionOverride"):
             continue
-        yield Finding(target_of(obj), f"component {comp.get('name')}: image tag {image_tag(image)!r} is not a plain "
+        yield Finding(target_of(obj), f"component {name_of(comp)}: image tag {image_tag(image)!r} is not a plain "
                       "MAJOR.MINOR.PATCH Dynamo version (a pre-release orders before its release); "
                       "set runtimeVersionOverride")
 
@@ -49,7 +50,7 @@ def check_hf_token_from_secret(obj: Mapping, ctx: Context) -> Iterator[Result]:
         for container in all_containers(spec):
             for entry in container.get("env") or []:
                 if entry.get("name") in HF_TOKEN_VARS and "value" in entry:
-                    yield Finding(target_of(obj), f"{label} container {container.get('name')}: {entry['name']} is "
+                    yield Finding(target_of(obj), f"{label} container {name_of(container)}: {entry['name']} is "
                                   "a literal env value; use valueFrom.secretKeyRef or envFrom a Secret")
 
 
@@ -57,7 +58,7 @@ def check_serving_containers_unprivileged(obj: Mapping, ctx: Context) -> Iterato
     for label, spec in pod_specs(obj):
         for container in all_containers(spec):
             if (container.get("securityContext") or {}).get("privileged"):
-                yield Finding(target_of(obj), f"{label} container {container.get('name')}: privileged")
+                yield Finding(target_of(obj), f"{label} container {name_of(container)}: privileged")
 
 
 def check_startup_budget_covers_load(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -65,12 +66,12 @@ def check_startup_budget_covers_load(obj: Mapping, ctx: Context) -> Iterator[Res
     for comp, container, _ in workers(obj):
         probe = container.get("startupProbe")
         if probe is None:
-            yield Finding(target_of(obj), f"component {comp.get('name')}: no startupProbe; loading takes ~{need} s")
+            yield Finding(target_of(obj), f"component {name_of(comp)}: no startupProbe; loading takes ~{need} s")
             continue
         p = {**PROBE_DEFAULTS, **probe}
         budget = int(p["initialDelaySeconds"]) + int(p["periodSeconds"]) * int(p["failureThreshold"])
         if budget < need:
-            yield Finding(target_of(obj), f"component {comp.get('name')}: startup budget {budget} s < {need} s "
+            yield Finding(target_of(obj), f"component {name_of(comp)}: startup budget {budget} s < {need} s "
                           "estimated load time")
 
 

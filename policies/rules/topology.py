@@ -7,6 +7,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from kimi_k3 import flags
 from kimi_k3.planner import memory_fit
 from policies.rules.base import (
+    name_of, shown,
     CLIQUE_LABEL,
     Context,
     Finding,
@@ -35,7 +36,7 @@ def check_tp_spans_whole_nodes(obj: Mapping, ctx: Context) -> Iterator[Result]:
         pp = _int_flag(tokens, "--pipeline-parallel-size", 1)
         per_pod, nodes = gpus(container), node_count(comp)
         if tp * pp != nodes * per_pod:
-            yield Finding(target_of(obj), f"component {comp.get('name')}: TP {tp} x PP {pp} = {tp * pp} GPUs, "
+            yield Finding(target_of(obj), f"component {name_of(comp)}: TP {tp} x PP {pp} = {tp * pp} GPUs, "
                           f"but {nodes} node(s) x {per_pod} GPUs per pod = {nodes * per_pod}")
 
 
@@ -46,11 +47,11 @@ def check_pods_take_whole_nodes(obj: Mapping, ctx: Context) -> Iterator[Result]:
         product = gpu_product(pod_spec(comp))
         found = platform_for_product(product)
         if found is None:
-            yield Skipped(target_of(obj), f"component {comp.get('name')}: GPU product {product!r} not in "
+            yield Skipped(target_of(obj), f"component {name_of(comp)}: GPU product {shown(product)} not in "
                           "recipes/platforms.yaml (pin it with nodeSelector/nodeAffinity on nvidia.com/gpu.product)")
             continue
         if gpus(container) != found.gpus_per_node:
-            yield Finding(target_of(obj), f"component {comp.get('name')}: multinode pod requests {gpus(container)} "
+            yield Finding(target_of(obj), f"component {name_of(comp)}: multinode pod requests {gpus(container)} "
                           f"GPUs; a {found.name} node has {found.gpus_per_node}")
 
 
@@ -63,7 +64,7 @@ def check_multinode_claims_compute_domain(objects: Sequence[Mapping], ctx: Conte
         for comp in components(obj):
             if node_count(comp) < 2:
                 continue
-            where = f"component {comp.get('name')}"
+            where = f"component {name_of(comp)}"
             spec, container = pod_spec(comp), main_container(comp) or {}
             claims = {c.get("name"): c.get("resourceClaimTemplateName") for c in spec.get("resourceClaims") or []}
             used = [c.get("name") for c in (container.get("resources") or {}).get("claims") or []]
@@ -84,7 +85,7 @@ def check_tp_group_pinned_to_clique(obj: Mapping, ctx: Context) -> Iterator[Resu
         affinity = (pod_spec(comp).get("affinity") or {}).get("podAffinity") or {}
         terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
         if not any(t.get("topologyKey") == CLIQUE_LABEL for t in terms):
-            yield Finding(target_of(obj), f"component {comp.get('name')}: {node_count(comp)}-node TP group has no "
+            yield Finding(target_of(obj), f"component {name_of(comp)}: {node_count(comp)}-node TP group has no "
                           f"required podAffinity on {CLIQUE_LABEL}; its pods may land in different NVLink domains")
 
 
@@ -95,10 +96,10 @@ def check_tp_group_fits_nvlink_domain(obj: Mapping, ctx: Context) -> Iterator[Re
         product = gpu_product(pod_spec(comp))
         found = platform_for_product(product)
         if found is None:
-            yield Skipped(target_of(obj), f"component {comp.get('name')}: GPU product {product!r} unknown")
+            yield Skipped(target_of(obj), f"component {name_of(comp)}: GPU product {shown(product)} unknown")
             continue
         if node_count(comp) > found.nvlink_domain_nodes:
-            yield Finding(target_of(obj), f"component {comp.get('name')}: {node_count(comp)} nodes per TP group; "
+            yield Finding(target_of(obj), f"component {name_of(comp)}: {node_count(comp)} nodes per TP group; "
                           f"one {found.name} NVLink domain holds {found.nvlink_domain_nodes}")
 
 
@@ -141,7 +142,7 @@ _KV_DTYPES = {"auto": "bf16", "bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8
 
 def check_model_fits_at_tp(obj: Mapping, ctx: Context) -> Iterator[Result]:
     for comp, container, tokens in workers(obj):
-        where = f"component {comp.get('name')}"
+        where = f"component {name_of(comp)}"
         found = platform_for_product(gpu_product(pod_spec(comp)))
         if found is None:
             yield Skipped(target_of(obj), f"{where}: GPU product unknown")
