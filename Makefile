@@ -8,7 +8,7 @@ STACKS := gb200 gb200-disagg gb300 gb300-disagg
 PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_BACKEND_URL
 
-.PHONY: venv test render check plan bench pulumi-cli stack token preview up clean
+.PHONY: venv test test-slow render check plan bench pulumi-cli stack token preview up clean
 
 $(BIN)/kimi-k3: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ venv: $(BIN)/kimi-k3
 
 test: venv
 	$(BIN)/pytest
+
+test-slow: venv
+	$(BIN)/pytest -m slow
 
 render: venv
 	$(BIN)/kimi-k3 render $(STACK)

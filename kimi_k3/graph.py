@@ -308,9 +308,14 @@ def _kv_over_efa(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
     return {**flags, "--kv-transfer-config": json.dumps(conf, separators=(",", ":"))}
 
 
+GRAPH_NAME = "kimi-k3"
+
+
 def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     recipe = load_recipe(cfg.recipe)
-    name = f"kimi-k3-{cfg.recipe}"
+    # One name whatever the recipe: a DynamoGraphDeployment whose name changes is replaced, not patched, and the
+    # operator then starts a second worker generation beside the first (ai-dynamo/dynamo#13495).
+    name = GRAPH_NAME
     platform = load_platforms()[recipe.platform]
     efa = efa_devices_per_node(cfg, platform.name) if recipe.kv_transport == "efa" else 0
     unknown = sorted(set(cfg.serving.roles) - set(recipe.roles))

@@ -222,7 +222,7 @@ def test_hf_token_never_rendered_in_plaintext(tmp_path):
 def test_stack_outputs(stack, rendered):
     out = rendered[stack].outputs
     assert out["namespace"] == "kimi-k3"
-    assert out["frontendService"] == f"kimi-k3-{stack}-frontend.kimi-k3.svc.cluster.local:8000"
+    assert out["frontendService"] == "kimi-k3-frontend.kimi-k3.svc.cluster.local:8000"
     assert out["modelPath"] == "/model-cache/moonshotai/Kimi-K3"
 
 

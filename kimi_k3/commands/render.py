@@ -173,6 +173,10 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
                     "provider": _urn_of(request.provider), "dependsOn": sorted(deps),
                     "protect": bool(request.protect), "retainOnDelete": bool(request.retainOnDelete),
                     "ignoreChanges": sorted(request.ignoreChanges),
+                    # What decides update vs replace besides the inputs (kimi_k3/replacement.py reads these).
+                    "replaceOnChanges": sorted(request.replaceOnChanges),
+                    "deleteBeforeReplace": bool(request.deleteBeforeReplace) if request.deleteBeforeReplaceDefined
+                    else None,
                     "inputs": _plain(json_format.MessageToDict(request.object)),
                 })
             return response

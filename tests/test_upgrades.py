@@ -1,0 +1,71 @@
+"""Day-two changes under the mocks: every change a user makes to a running stack patches the
+DynamoGraphDeployment in place and never touches the model cache (render both sides, classify with
+kimi_k3.replacement, which follows pulumi-kubernetes' and the engine's own rules)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import ROOT, render_with
+from kimi_k3 import replacement as R
+from kimi_k3.commands.render import render_stack
+
+pytestmark = pytest.mark.slow  # ~13 renders: `make test-slow`
+
+DGD = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
+CACHE_TYPES = ("kubernetes:core/v1:PersistentVolumeClaim", "kubernetes:core/v1:PersistentVolume",
+               "aws:fsx/lustreFileSystem:LustreFileSystem", "kubernetes:core/v1:Namespace")
+
+# (stack, what a user changes, config overrides); each must be an in-place update of the graph.
+CHANGE_KINDS = [
+    ("gb300-disagg", "image", {"serving": {"image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0"}}),
+    ("gb300-disagg", "flags", {"serving": {"roles": {"decode": {"extraArgs": {"--max-num-seqs": "128"}}}}}),
+    ("gb300-disagg", "env", {"serving": {"roles": {"prefill": {"env": {"NCCL_DEBUG": "INFO"}}}}}),
+    ("gb300-disagg", "replicas", {"serving": {"pdRatio": "1:1"}}),
+    ("gb300-disagg", "tp", {"serving": {"roles": {"decode": {"tp": 16}}}}),
+    ("gb300-disagg", "frontend replicas", {"serving": {"frontend": {"replicas": 2}}}),
+    ("gb300-disagg", "recipe switch (disaggregated -> aggregated)", {"recipe": "gb300"}),
+    ("gb300", "recipe switch (aggregated -> disaggregated)", {"recipe": "gb300-disagg"}),
+    ("gb200-disagg", "recipe switch (gb200 disaggregated -> aggregated)", {"recipe": "gb200"}),
+    ("gb300-disagg", "startup budget", {"serving": {"startupProbeSeconds": 5400}}),
+]
+
+
+@pytest.fixture(scope="module")
+def bases():
+    return {}
+
+
+def _base(bases, stack):
+    if stack not in bases:
+        bases[stack] = render_stack(stack, ROOT)
+    return bases[stack]
+
+
+@pytest.mark.parametrize("stack,what,overrides", CHANGE_KINDS, ids=[c[1] for c in CHANGE_KINDS])
+def test_change_updates_the_graph_in_place(bases, stack, what, overrides):
+    base = _base(bases, stack)
+    head = render_with(stack, **overrides)
+    out = R.classify(base.resources, head.resources)
+    graph = [c for c in out if c.type == DGD]
+    assert [c.action for c in graph] == [R.UPDATE], f"{what}: {[c.as_json() for c in graph]}"
+    assert not any(c.action in (R.REPLACE, R.DELETE) and c.type in CACHE_TYPES for c in out)
+    assert not [c.as_json() for c in out if c.action == R.REPLACE], f"{what} replaces something"
+
+
+def test_old_recipe_derived_graph_name_would_have_replaced_the_graph(bases):
+    """The form this guards against: the graph was named kimi-k3-<recipe>, so a recipe switch renamed it."""
+    base = _base(bases, "gb300-disagg")
+    head = render_with("gb300-disagg", recipe="gb300")
+    old_form = [dict(r, inputs={**r["inputs"], "metadata": {**r["inputs"]["metadata"], "name": "kimi-k3-gb300"}})
+                if r["type"] == DGD else r for r in head.resources]
+    graph = next(c for c in R.classify(base.resources, old_form) if c.type == DGD)
+    assert graph.action == R.REPLACE and graph.replace_paths == ("metadata.name",)
+
+
+def test_namespace_change_would_replace_graph_and_is_blocked_on_the_cache(bases):
+    base = _base(bases, "gb300-disagg")
+    head = render_with("gb300-disagg", serving={"namespace": "kimi-prod"})
+    out = {c.type: c for c in R.classify(base.resources, head.resources)}
+    assert out[DGD].action == R.REPLACE
+    pvc = out["kubernetes:core/v1:PersistentVolumeClaim"]
+    assert pvc.action == R.REPLACE and pvc.blocked, "protect makes `pulumi up` stop instead of losing the weights"
