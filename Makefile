@@ -8,7 +8,7 @@ STACKS := gb200 gb200-disagg gb300 gb300-disagg
 PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_BACKEND_URL
 
-.PHONY: venv test test-slow render check plan bench pulumi-cli stack token preview up clean
+.PHONY: venv test test-slow guard render check plan bench pulumi-cli stack token preview up clean
 
 $(BIN)/kimi-k3: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +52,17 @@ token: stack
 preview: token
 	pulumi preview --stack $(STACK) --policy-pack policies --diff
 
-up: token
+# Before anything is created: what `up` would do to the deployed graph and cache (kimi-k3 check --against the
+# stack's own state; policies/README.md, upgrade rules). A new stack has nothing deployed yet.
+guard: stack
+	@state=$$(mktemp); trap 'rm -f "$$state"' EXIT; \
+	pulumi stack export --stack $(STACK) --file "$$state" || exit 1; \
+	if grep -q '"urn"' "$$state" 2>/dev/null; then \
+	  $(BIN)/kimi-k3 check $(STACK) --against "$$state" || { \
+	    echo "make up: stopped before changing anything: the change above would replace or delete the graph or the model cache (docs/operating.md)"; exit 1; }; \
+	else echo "make up: nothing deployed yet on stack $(STACK): no upgrade check"; fi
+
+up: token guard
 	pulumi up --stack $(STACK) --policy-pack policies
 
 clean:

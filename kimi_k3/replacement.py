@@ -227,7 +227,18 @@ def apply_ignore_changes(new_inputs: Mapping[str, Any], old_inputs: Mapping[str,
 
 
 # ------------------------------------------------------------------------------------------- leaf diffs
+def _secret_only(value: Any) -> bool:
+    if isinstance(value, dict):
+        return bool(value) and all(_secret_only(v) for v in value.values())
+    if isinstance(value, list):
+        return bool(value) and all(_secret_only(v) for v in value)
+    return value == "[secret]"
+
+
 def _equal(a: Any, b: Any) -> bool:
+    # Secrets are placeholders offline (render and state export never show plaintexts): not comparable, not a change.
+    if _secret_only(a) and _secret_only(b):
+        return True
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
@@ -238,6 +249,8 @@ def _equal(a: Any, b: Any) -> bool:
 def leaf_changes(old: Any, new: Any, path: tuple = ()) -> list[tuple[tuple, str, Any]]:
     """(path, add|update|delete, new value) for every difference, walked as pulumi-kubernetes' patchConverter
     walks a JSON merge patch: maps key by key, lists index by index, anything else compared whole."""
+    if _secret_only(old) and _secret_only(new):
+        return []
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for k in sorted(set(old) | set(new)):
@@ -471,6 +484,10 @@ def classify_pair(old: Mapping[str, Any], new: Mapping[str, Any],
     if _is_provider(rtype):
         return _classify_provider(old, new)
     old_inputs = old.get("inputs") or {}
+    if old.get("fromState") and not rtype.startswith("kubernetes:"):
+        # A bridged provider's Check writes schema defaults into the state's inputs; a render (mocks) has none.
+        # Both sides of a real preview carry them, so a key only the state has is a default, not a removal.
+        old_inputs = {k: v for k, v in old_inputs.items() if k in (new.get("inputs") or {})}
     new_inputs = apply_ignore_changes(new.get("inputs") or {}, old_inputs, new.get("ignoreChanges") or [])
     protected = bool(old.get("protect")) and bool(new.get("protect"))
     common = dict(urn=urn, type=rtype, name=new.get("name", ""), protected=protected,
@@ -572,3 +589,42 @@ def summary(classes: Iterable[Classification]) -> dict[str, int]:
     for c in classes:
         counts[c.action] += 1
     return counts
+
+
+# ------------------------------------------------------------------------------ `pulumi stack export` state
+SECRET_SIG = "4dabf18193072939515e22adb298388d"
+SECRET = "[secret]"
+
+
+def _unsecret(value: Any) -> Any:
+    """State values with secrets replaced by the placeholder render uses (render never sees plaintexts)."""
+    if isinstance(value, dict):
+        if SECRET_SIG in value:
+            return SECRET
+        return {k: _unsecret(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unsecret(v) for v in value]
+    return value
+
+
+def records_from_state(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Resource records (as in resources.json) from `pulumi stack export` output (checkpoint version 3).
+
+    The stack resource and default providers (which render never registers) are left out; references to a
+    default provider become "" as in a render."""
+    deployment = doc.get("deployment") if "deployment" in doc else doc
+    out = []
+    for r in (deployment or {}).get("resources") or []:
+        rtype, urn = r.get("type", ""), r.get("urn", "")
+        if rtype == "pulumi:pulumi:Stack" or (_is_provider(rtype) and urn.rsplit("::", 1)[-1].startswith("default")):
+            continue
+        provider = (r.get("provider") or "").rsplit("::", 1)[0]
+        if provider.rsplit("::", 1)[-1].startswith("default"):
+            provider = ""
+        out.append({"urn": urn, "type": rtype, "name": urn.rsplit("::", 1)[-1], "parent": r.get("parent", ""),
+                    "provider": provider, "protect": bool(r.get("protect")),
+                    "retainOnDelete": bool(r.get("retainOnDelete")), "ignoreChanges": list(r.get("ignoreChanges") or []),
+                    "replaceOnChanges": list(r.get("replaceOnChanges") or []),
+                    "deleteBeforeReplace": r.get("deleteBeforeReplace"),
+                    "inputs": _unsecret(r.get("inputs") or {}), "fromState": True})
+    return out

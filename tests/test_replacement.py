@@ -236,3 +236,63 @@ def test_property_paths_round_trip():
     assert R.format_path(R.parse_path(p)) == p
     assert R.parse_path("spec.containers[*].image") == ("spec", "containers", "*", "image")
     assert R.path_contains(R.parse_path("spec.containers[*]"), R.parse_path("spec.containers[3].env[0]"))
+
+
+# ------------------------------------------------------------------------------------ upgrade (transition) rules
+from policies import rules  # noqa: E402
+
+
+def cache_pvc(ns="kimi-k3"):
+    return k8s("PersistentVolumeClaim", "kimi-k3-model-cache", {"storageClassName": "fsx", "accessModes": ["ReadWriteMany"]},
+               ns=ns, protect=True, retainOnDelete=True)
+
+
+def graph(name="kimi-k3", ns="kimi-k3", replicas=1):
+    return k8s("DynamoGraphDeployment", name, {"components": [{"name": "Decode", "replicas": replicas}]}, api=DGD_API,
+               ns=ns, urn_name="kimi-k3-serving-deployment")
+
+
+def test_transition_rules_pass_an_in_place_update():
+    _, v = rules.run_transition_rules([provider(), graph(), cache_pvc()], [provider(), graph(replicas=2), cache_pvc()])
+    assert v == []
+
+
+def test_transition_rules_fail_a_renamed_graph_and_a_moved_cache():
+    _, v = rules.run_transition_rules([provider(), graph(), cache_pvc()],
+                                      [provider(), graph(name="kimi-k3-gb300"), cache_pvc(ns="prod")])
+    assert {(x.rule, x.level) for x in v} == {("graph-updated-in-place", "mandatory"), ("model-cache-kept", "mandatory")}
+    assert "ai-dynamo/dynamo#13495" in next(x.message for x in v if x.rule == "graph-updated-in-place")
+    assert "protect" in next(x.message for x in v if x.rule == "model-cache-kept")
+
+
+def test_transition_rules_allow_a_retained_cache_dropped_from_the_stack_but_not_a_deleted_graph():
+    _, v = rules.run_transition_rules([provider(), graph(), cache_pvc()], [provider()])
+    assert [x.rule for x in v] == ["graph-updated-in-place"]
+
+
+def test_state_export_records_match_render_records():
+    """`pulumi stack export` (checkpoint v3) as the previous side: secrets, default providers, provider ids."""
+    state = {"version": 3, "deployment": {"resources": [
+        {"urn": STACK + "pulumi:pulumi:Stack::kimi-k3-s", "type": "pulumi:pulumi:Stack", "custom": False},
+        {"urn": STACK + "pulumi:providers:aws::default_7_51_1", "type": "pulumi:providers:aws", "custom": True},
+        {**provider(), "inputs": {"kubeconfig": {R.SECRET_SIG: "1b47061264138c4ac30d75fd1eb44270", "ciphertext": "x"}}},
+        {**graph(), "provider": PROVIDER_URN + "::04da6b54"},
+        {**k8s("Secret", "kimi-k3-hf-token"), "provider": PROVIDER_URN + "::04da6b54",
+         "inputs": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "kimi-k3-hf-token", "namespace": "kimi-k3"},
+                    "stringData": {R.SECRET_SIG: "1b47061264138c4ac30d75fd1eb44270", "ciphertext": "y"}}},
+    ]}}
+    old = R.records_from_state(state)
+    assert [r["type"] for r in old] == ["pulumi:providers:kubernetes", DGD_API and
+                                        "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "kubernetes:core/v1:Secret"]
+    secret = k8s("Secret", "kimi-k3-hf-token")
+    secret["inputs"]["stringData"] = {"HF_TOKEN": "[secret]"}  # as render writes it
+    out = R.classify(old, [provider(), graph(), secret])
+    assert {c.action for c in out} == {R.SAME}, [c.as_json() for c in out if c.action != R.SAME]
+
+
+def test_state_defaults_of_bridged_providers_are_not_removals():
+    fsx = "aws:fsx/lustreFileSystem:LustreFileSystem"
+    deployed = {**aws(fsx, storageCapacity=4800, copyTagsToBackups=False, storageType="SSD"), "fromState": True}
+    assert one([deployed], [aws(fsx, storageCapacity=4800)]).action == R.SAME
+    del deployed["fromState"]  # two renders: a key that disappears is a real removal (ForceNew here)
+    assert one([deployed], [aws(fsx, storageCapacity=4800)]).action == R.REPLACE

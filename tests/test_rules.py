@@ -145,6 +145,9 @@ MUTATIONS = {
     "hf-token-from-secret": lambda o: main(o, "decode")["env"][1].update(value="hf_abc"),
     "serving-containers-unprivileged": lambda o: main(o, "decode").update(securityContext={"privileged": True}),
     "startup-budget-covers-load": lambda o: main(o, "decode")["startupProbe"].update(failureThreshold=30),
+    # the old form: this program named its graph after the recipe, so a recipe switch replaced it
+    "graph-named-stably": lambda o: dgd_of(o)["metadata"].update(
+        name="kimi-k3-gb300-disagg", labels={"app.kubernetes.io/part-of": "kimi-k3"}),
 }
 
 

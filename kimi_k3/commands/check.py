@@ -3,6 +3,10 @@
 TARGET is a stack name (rendered with kimi_k3.commands.render.render_stack), a `kimi-k3 render` output directory
 (manifests.yaml, optionally resources.json) or any YAML file of Kubernetes objects, such as an upstream
 Dynamo recipe. Exit status 1 when a mandatory rule fails, 0 otherwise.
+
+`--against PREVIOUS` also runs the upgrade rules (policies/rules/upgrades.py) on the change from PREVIOUS to the
+target: PREVIOUS is a `kimi-k3 render` directory or a `pulumi stack export` file. What Pulumi would do to each
+resource is classified by kimi_k3.replacement; a replaced or deleted graph or model cache fails the check.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from kimi_k3.stacks import StackError, project_root, stack_names, unknown_stack_
 class Loaded:
     objects: list[dict]
     resources: Optional[list[rules.ResourceInfo]]  # None: manifests only
+    records: Optional[list[dict]] = None           # resources.json records, where known
 
 
 def yaml_objects(text: str, source: str = "input") -> list[dict]:
@@ -73,13 +78,14 @@ def load(target: str) -> Loaded:
             raise UserError(f"{target}: a directory, but not a render directory (no manifests.yaml); allowed: the "
                             "output of `kimi-k3 render` (build/STACK), a YAML file or a stack name")
         res_file = path / "resources.json"
-        resources = None
+        resources = records = None
         if res_file.is_file():
             try:
-                resources = resource_infos(json.loads(res_file.read_text())["resources"])
+                records = json.loads(res_file.read_text())["resources"]
+                resources = resource_infos(records)
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise UserError(f"{res_file}: not a kimi-k3 render's resources.json ({exc})") from None
-        return Loaded(_kubernetes_objects(read_text(manifests, "manifests"), str(manifests)), resources)
+        return Loaded(_kubernetes_objects(read_text(manifests, "manifests"), str(manifests)), resources, records)
     root = project_root()
     if path.is_file():
         stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
@@ -97,7 +103,28 @@ def load(target: str) -> Loaded:
     from .render import render_stack  # imported here: rendering needs the whole Pulumi program, a file does not
 
     rendered = render_stack(target)
-    return Loaded(list(rendered.objects), resource_infos(rendered.resources))
+    return Loaded(list(rendered.objects), resource_infos(rendered.resources), list(rendered.resources))
+
+
+def previous_records(path: str) -> list[dict]:
+    """Resource records of the deployed side: a render directory's resources.json, or `pulumi stack export`."""
+    from kimi_k3.replacement import records_from_state
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "resources.json"
+    if not p.is_file():
+        raise UserError(f"--against {path}: no such file; allowed: a render directory with resources.json or a "
+                        "`pulumi stack export` file")
+    try:
+        doc = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--against {p}: not JSON ({exc}); allowed: resources.json or `pulumi stack export` output") from None
+    if isinstance(doc, dict) and "deployment" in doc:
+        return records_from_state(doc)
+    if not isinstance(doc, dict) or "resources" not in doc:
+        raise UserError(f"--against {p}: no `resources` (render) or `deployment` (state export) in it")
+    return doc["resources"]
 
 
 LEVELS = ("advisory", "mandatory", "remediate", "disabled")  # Pulumi's enforcement levels
@@ -167,11 +194,20 @@ def format_lines(violations: Sequence[rules.Violation], skipped: Sequence[rules.
     return lines
 
 
+def _counts(classes) -> dict[str, int]:
+    from kimi_k3.replacement import summary as action_counts
+
+    return action_counts(classes)
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("targets", nargs="+", metavar="TARGET")
     parser.add_argument("--json", action="store_true", help="print a JSON report instead of lines")
     parser.add_argument("--config", metavar="FILE", help="policy config (JSON/YAML, rule -> {key: value})")
+    parser.add_argument("--against", metavar="PREVIOUS", help="also check the change from PREVIOUS (a render "
+                        "directory or `pulumi stack export` output) to TARGET: the graph and the cache must not be "
+                        "replaced")
     parser.set_defaults(func=run)
     return parser
 
@@ -181,6 +217,9 @@ def run(args: argparse.Namespace) -> int:
     settings = rule_settings(config)
     reports = []
     failed = False
+    against = getattr(args, "against", None)
+    if against and len(args.targets) != 1:
+        raise UserError("kimi-k3 check --against compares one TARGET with its previous state; give one TARGET")
     for target in args.targets:
         try:
             loaded = load(target)
@@ -188,7 +227,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"kimi-k3 check {target}: {exc}", file=sys.stderr)
             return 2
         violations, skipped = rules.run_all(loaded.objects, loaded.resources, settings)
+        if against:
+            if loaded.records is None:
+                raise UserError(f"kimi-k3 check --against: {target} has no Pulumi resources (resources.json); "
+                                "allowed: a stack or a render directory")
+            classes, changes = rules.run_transition_rules(previous_records(against), loaded.records)
+            violations = sorted(violations + changes)
+            counts = ", ".join(f"{n} {a}" for a, n in _counts(classes).items() if n)
+            print(f"# {target} against {against}: {counts}", file=sys.stderr)
         levels = {r.name: level_of(r.name, r.level, config) for r in rules.RULES}
+        levels.update({r.name: level_of(r.name, r.level, config) for r in rules.TRANSITION_RULES})
         violations = [dataclasses.replace(v, level=rules.ADVISORY if levels[v.rule] == "advisory" else
                                           rules.MANDATORY) for v in violations if levels[v.rule] != "disabled"]
         skipped = [s for s in skipped if levels[s.rule] != "disabled"]

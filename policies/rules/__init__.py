@@ -1,5 +1,5 @@
 """Deployment rules for Dynamo + vLLM graphs: pure functions over Kubernetes objects, one module per family
-(topology, model_path, kv_transport, safety; shared helpers in base). This module is the registry.
+(topology, model_path, kv_transport, safety, upgrades; shared helpers in base). This module is the registry.
 
 One implementation, two front ends: the CrossGuard pack (`policies/__main__.py`) and the offline
 checker (`kimi-k3 check`). Importing this module has no side effects.
@@ -7,6 +7,8 @@ checker (`kimi-k3 check`). Importing this module has no side effects.
 A rule is either object-scoped (looks at one object at a time; the pack runs it in `Analyze`) or
 stack-scoped (needs several objects or Pulumi resource options; the pack runs it in `AnalyzeStack`).
 Each check yields `Finding` (a violation) or `Skipped` (the rule could not be evaluated, with why).
+Transition rules (`TRANSITION_RULES`, family upgrades) read a change between two states instead of one state;
+no policy pack can run them (no old state in the analyzer protocol): `kimi-k3 check --against` and `kimi-k3 diff` do.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from policies.rules.base import (  # the vocabulary the pack, `kimi-k3 check` an
 from policies.rules.topology import gpu_nodes, check_gpu_totals_match_recipe, check_graph_fits_node_pool, check_model_fits_at_tp, check_multinode_claims_compute_domain, check_pods_take_whole_nodes, check_tp_group_fits_nvlink_domain, check_tp_group_pinned_to_clique, check_tp_spans_whole_nodes
 from policies.rules.model_path import check_env_refs_provable, check_env_refs_resolve, check_model_cache_read_only, check_model_path_under_cache_mount, check_roles_agree_on_model
 from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_efa_uses_libfabric, check_frontend_block_size_matches_workers, check_kv_router_has_kv_events, check_no_removed_flags, check_ucx_settings_consistent
+from policies.rules.upgrades import TRANSITION_RULES, TransitionRule, check_graph_named_stably, run_transition_rules
 from policies.rules.safety import check_hf_token_from_secret, check_images_pinned, check_model_cache_retained, check_runtime_version_declared, check_serving_containers_unprivileged, check_startup_budget_covers_load
 
 
@@ -79,6 +82,8 @@ RULES: tuple[Rule, ...] = (
           config_schema={"min_startup_seconds": {"type": "integer", "minimum": 0,
                                                  "default": DEFAULT_MIN_STARTUP_SECONDS,
                                                  "description": "Seconds a worker needs to load and warm up"}}),
+    _rule("graph-named-stably", "This program's DynamoGraphDeployment keeps one name whatever the recipe.",
+          check_graph_named_stably),
     _rule("model-cache-retained", "The model-cache PVC and filesystem are protect or retainOnDelete.",
           check_model_cache_retained, scope="stack"),
 )
