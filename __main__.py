@@ -7,7 +7,7 @@ from components.cluster import Cluster, ClusterArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.platform import Addons, AddonsArgs
 from components.serving_graph import ServingGraph, ServingGraphArgs
-from kimi_k3 import aws, manifests, planner
+from kimi_k3 import aws, manifests, planner, platform_set
 from kimi_k3.addons import addon_specs
 from kimi_k3.config import parse_stack_config
 from kimi_k3.errors import UserError
@@ -27,6 +27,10 @@ try:  # validate everything before the first resource is registered: bad input i
         endpoint = aws.endpoint_access(cfg.cluster)
         aws.check_storage(cfg, cache_gi)
     addons = addon_specs(cfg, gpu_plan.instance.name if eks_mode else None)
+    # Operator, Grove, KAI, DRA driver and CRD versions move together (recipes/platform-set.yaml).
+    platform_set.check(addons, cfg.cluster.kubernetes_version if eks_mode else None, {
+        "DynamoGraphDeployment": manifests.graph_deployment(graph)["apiVersion"],
+        **{"ComputeDomain": manifests.compute_domain(graph, r)["apiVersion"] for r in graph.roles[:1]}})
 except UserError as err:
     raise pulumi.RunError(in_stack_file(pulumi.get_stack(), err)) from None
 except Exception as err:  # noqa: BLE001 - a check that failed to say what is wrong is still reported in one line

@@ -341,3 +341,14 @@ def test_node_pool_comes_from_the_stacks_gpu_node_group():
     assert rules.evaluate(rule, good_objects(), rules.Context({}, [system, gpu_node_group(needs)])) == ([], [])
     unknown = rules.evaluate(rule, good_objects(), rules.Context({}, [system]))
     assert unknown[0] == [] and len(unknown[1]) == 1
+
+
+def test_kv_router_by_environment_variable_needs_kv_events_too():
+    """#11473 with the router set the way NVIDIA's Kubernetes docs set it: DYN_ROUTER_MODE=kv on the frontend."""
+    objects = good_objects()
+    args = main(objects, "Frontend")["args"]
+    del args[args.index("--router-mode"):args.index("--router-mode") + 2]
+    env(objects, "Frontend", "DYN_ROUTER_MODE", "kv")
+    assert "kv-router-has-kv-events" not in fired(objects)
+    drop_arg(objects, "prefill", "--kv-events-config")
+    assert "kv-router-has-kv-events" in fired(objects)

@@ -114,9 +114,12 @@ def _publishes_kv_events(tokens: Sequence[str]) -> bool:
 
 def check_kv_router_has_kv_events(obj: Mapping, ctx: Context) -> Iterator[Result]:
     disagg = {"prefill", "decode"} <= {_component_type(c) for c in components(obj)}
-    for fe, _, fe_tokens in frontends(obj):
+    for fe, fe_container, fe_tokens in frontends(obj):
         approximate = flags.has_flag(fe_tokens, "--no-router-kv-events") or flags.has_flag(fe_tokens, "--no-kv-events")
-        if flags.flag_value(fe_tokens, "--router-mode") != "kv" or approximate:
+        # The flag, else its environment form (Dynamo's router_args.py: --router-mode <- DYN_ROUTER_MODE), which
+        # NVIDIA's Kubernetes docs use; either way the router is KV-aware (#11473).
+        mode = flags.flag_value(fe_tokens, "--router-mode") or flags.container_env(fe_container).get("DYN_ROUTER_MODE")
+        if mode != "kv" or approximate:
             continue
         for comp, _, tokens in workers(obj):
             # Disaggregated: prefix hits are realised where the prompt is computed, the prefill role.
