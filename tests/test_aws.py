@@ -176,7 +176,16 @@ def test_addon_charts_versions_and_values(stack, rendered):
             "nodeSelectorTerms": [system]}
 
 
-def test_chart_version_and_values_pinned_in_config():
+def test_chart_version_and_values_pinned_in_config(monkeypatch):
+    # A version outside the tested platform set is refused (kimi_k3/platform_set.py); once the set lists it,
+    # the stack's override reaches the release.
+    from kimi_k3 import platform_set
+    from kimi_k3.commands.render import RenderError
+    with pytest.raises(RenderError, match="dynamoPlatform.version = 1.4.1: not in the tested platform set"):
+        render_with("gb300", platform={"dynamoPlatform": {"version": "1.4.1"}})
+    tested = platform_set.platform_set()
+    tested["dynamoPlatform"]["1.4.1"] = {"requires": {"draDriver": ["0.4.1"]}}
+    monkeypatch.setattr(platform_set, "platform_set", lambda: tested)
     r = render_with("gb300", platform={"dynamoPlatform": {"version": "1.4.1"},
                                        "draDriver": {"values": {"logVerbosity": "6"}}})
     assert release(r, "dynamo-platform")["inputs"]["version"] == "1.4.1"
