@@ -8,7 +8,7 @@ STACKS := gb200 gb200-disagg gb300 gb300-disagg
 PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_BACKEND_URL
 
-.PHONY: venv test test-slow guard render check plan bench pulumi-cli stack token preview up clean
+.PHONY: venv test test-slow guard render check plan bench pulumi-cli stack token preview up park unpark clean
 
 $(BIN)/kimi-k3: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,16 @@ guard: stack
 	else echo "make up: nothing deployed yet on stack $(STACK): no upgrade check"; fi
 
 up: token guard
+	pulumi up --stack $(STACK) --policy-pack policies
+
+# Teardown that keeps the weights (eks): delete EKS, nodes, NAT, add-ons and the graph; keep the model cache's
+# filesystem and its network (docs/aws.md, Teardown). `make unpark` rebuilds everything onto the same weights.
+park: token
+	pulumi config set --path 'kimi-k3:cluster.parked' true --stack $(STACK)
+	pulumi up --stack $(STACK) --policy-pack policies
+
+unpark: token
+	pulumi config rm --path 'kimi-k3:cluster.parked' --stack $(STACK)
 	pulumi up --stack $(STACK) --policy-pack policies
 
 clean:

@@ -38,52 +38,64 @@ except Exception as err:  # noqa: BLE001 - a check that failed to say what is wr
                           f"({type(err).__name__}: {err}); this is a kimi-k3 bug, please report it") from None
 
 settings = pulumi.Config("kimi-k3")
+# Parked (`make park`): only the model cache's filesystem and the network it sits in stay; the next `up` deletes the
+# rest (EKS, nodes, NAT, add-ons, graph), and unparking rebuilds it onto the same weights (docs/aws.md, Teardown).
+parked = eks_mode and cfg.cluster.parked
 eks = None
 if eks_mode:
-    eks = GpuCluster("kimi-k3-eks", GpuClusterArgs(cfg.cluster, gpu_plan, subnets, graph.platform.name, endpoint))
-cluster = Cluster("kimi-k3-cluster", ClusterArgs(
-    cfg.cluster, graph, eks.kubeconfig if eks else settings.get_secret("kubeconfig")))
-k8s_only = pulumi.ResourceOptions(providers=[cluster.provider])
+    eks = GpuCluster("kimi-k3-eks", GpuClusterArgs(cfg.cluster, gpu_plan, subnets, graph.platform.name, endpoint,
+                                                   parked=parked))
+if parked:
+    pulumi.export("parked", True)
+    if storage_kind != "existing":
+        kept = ModelStorage("kimi-k3-storage", ModelStorageArgs(
+            cfg.storage, None, eks.vpc.id, cfg.cluster.vpc_cidr, eks.gpu_subnet_id, [], graph.namespace,
+            manifests.NAMES["pvc"], "/" + cfg.model.repo, aws.pv_size_gi(cfg, cache_gi), parked=True), provider=None)
+        pulumi.export("filesystemId", kept.filesystem_id)
+else:
+    cluster = Cluster("kimi-k3-cluster", ClusterArgs(
+        cfg.cluster, graph, eks.kubeconfig if eks else settings.get_secret("kubeconfig")))
+    k8s_only = pulumi.ResourceOptions(providers=[cluster.provider])
 
-# Controllers and the download Job run on the system nodes; nothing here waits for the GPU node group.
-system_nodes = [eks.system_nodes] if eks else []
+    # Controllers and the download Job run on the system nodes; nothing here waits for the GPU node group.
+    system_nodes = [eks.system_nodes] if eks else []
 
-# Storage: a protected filesystem + static PV (eks), or an existing ReadWriteMany class.
-storage_class, storage_ready, storage = cfg.storage.storage_class, [], None
-if eks and storage_kind != "existing":
-    storage = ModelStorage("kimi-k3-storage", ModelStorageArgs(
-        cfg.storage, eks.cluster.name, eks.vpc.id, cfg.cluster.vpc_cidr, eks.gpu_subnet_id, eks.system_subnet_ids,
-        graph.namespace, manifests.NAMES["pvc"], "/" + cfg.model.repo, aws.pv_size_gi(cfg, cache_gi),
-        wait_for=system_nodes, oidc=eks.oidc), provider=cluster.provider)
-    storage_class, storage_ready = storage.storage_class, storage.ready
-platform = Addons("kimi-k3-platform", AddonsArgs(addons, wait_for=system_nodes), opts=k8s_only)
-cache = ModelCache("kimi-k3-model-cache", ModelCacheArgs(
-    graph, settings.require_secret("hfToken"), storage_class, cache_gi,
-    cfg.model.download_image, cfg.model.hub_version,
-    fetch_from_hub=not (storage and storage_kind == "fsx-lustre" and cfg.storage.fsx.s3_import_path),
-    wait_for=[cluster.namespace, *storage_ready, *system_nodes],
-    node_selector=aws.SYSTEM_LABELS if eks else None), opts=k8s_only)
-# ComputeDomains and the graph need the DRA driver (ComputeDomain CRD, channel templates) and the Dynamo
-# operator (DGD CRD, webhooks); the graph's pods also need the GPU nodes.
-operators = [platform.releases[k] for k in ("draDriver", "dynamoPlatform") if k in platform.releases]
-serving = ServingGraph("kimi-k3-serving", ServingGraphArgs(
-    graph, platform_ready=[cluster.namespace, *operators],
-    workers_ready=[cache.download, *([eks.gpu_nodes] if eks else [])]), opts=k8s_only)
+    # Storage: a protected filesystem + static PV (eks), or an existing ReadWriteMany class.
+    storage_class, storage_ready, storage = cfg.storage.storage_class, [], None
+    if eks and storage_kind != "existing":
+        storage = ModelStorage("kimi-k3-storage", ModelStorageArgs(
+            cfg.storage, eks.cluster.name, eks.vpc.id, cfg.cluster.vpc_cidr, eks.gpu_subnet_id, eks.system_subnet_ids,
+            graph.namespace, manifests.NAMES["pvc"], "/" + cfg.model.repo, aws.pv_size_gi(cfg, cache_gi),
+            wait_for=system_nodes, oidc=eks.oidc), provider=cluster.provider)
+        storage_class, storage_ready = storage.storage_class, storage.ready
+    platform = Addons("kimi-k3-platform", AddonsArgs(addons, wait_for=system_nodes), opts=k8s_only)
+    cache = ModelCache("kimi-k3-model-cache", ModelCacheArgs(
+        graph, settings.require_secret("hfToken"), storage_class, cache_gi,
+        cfg.model.download_image, cfg.model.hub_version,
+        fetch_from_hub=not (storage and storage_kind == "fsx-lustre" and cfg.storage.fsx.s3_import_path),
+        wait_for=[cluster.namespace, *storage_ready, *system_nodes],
+        node_selector=aws.SYSTEM_LABELS if eks else None), opts=k8s_only)
+    # ComputeDomains and the graph need the DRA driver (ComputeDomain CRD, channel templates) and the Dynamo
+    # operator (DGD CRD, webhooks); the graph's pods also need the GPU nodes.
+    operators = [platform.releases[k] for k in ("draDriver", "dynamoPlatform") if k in platform.releases]
+    serving = ServingGraph("kimi-k3-serving", ServingGraphArgs(
+        graph, platform_ready=[cluster.namespace, *operators],
+        workers_ready=[cache.download, *([eks.gpu_nodes] if eks else [])]), opts=k8s_only)
 
-frontend = f"{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}"
-pulumi.export("namespace", graph.namespace)
-pulumi.export("frontendService", frontend)
-pulumi.export("frontendEndpoint", f"http://{frontend}/v1")
-pulumi.export("modelPath", graph.model_path)
-pulumi.export("gpus", graph.gpus)
-pulumi.export("nodes", graph.nodes)
-pulumi.export("roles", {r.key: {"component": r.component, "tp": r.tp, "nodesPerReplica": r.nodes_per_replica,
-                               "replicas": r.replicas, "gpus": r.gpus, "nodes": r.nodes} for r in graph.roles})
-pulumi.export("addons", {a.key: {"chart": a.chart, "version": a.version, "installed": a.install} for a in addons})
-if eks:
-    pulumi.export("kubeconfig", eks.kubeconfig)  # secret
-    pulumi.export("clusterName", eks.cluster.name)
-    pulumi.export("gpuNodes", {"instanceType": gpu_plan.instance.name, "capacityType": gpu_plan.capacity_type,
-                               "nodes": gpu_plan.nodes, "reservationNodes": gpu_plan.max_nodes})
-if storage:
-    pulumi.export("filesystemId", storage.filesystem_id)
+    frontend = f"{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}"
+    pulumi.export("namespace", graph.namespace)
+    pulumi.export("frontendService", frontend)
+    pulumi.export("frontendEndpoint", f"http://{frontend}/v1")
+    pulumi.export("modelPath", graph.model_path)
+    pulumi.export("gpus", graph.gpus)
+    pulumi.export("nodes", graph.nodes)
+    pulumi.export("roles", {r.key: {"component": r.component, "tp": r.tp, "nodesPerReplica": r.nodes_per_replica,
+                                   "replicas": r.replicas, "gpus": r.gpus, "nodes": r.nodes} for r in graph.roles})
+    pulumi.export("addons", {a.key: {"chart": a.chart, "version": a.version, "installed": a.install} for a in addons})
+    if eks:
+        pulumi.export("kubeconfig", eks.kubeconfig)  # secret
+        pulumi.export("clusterName", eks.cluster.name)
+        pulumi.export("gpuNodes", {"instanceType": gpu_plan.instance.name, "capacityType": gpu_plan.capacity_type,
+                                   "nodes": gpu_plan.nodes, "reservationNodes": gpu_plan.max_nodes})
+    if storage:
+        pulumi.export("filesystemId", storage.filesystem_id)

@@ -44,7 +44,10 @@ class Cluster(pulumi.ComponentResource):
             self.provider = k8s.Provider(f"{name}-provider", render_yaml_to_directory=args.cluster.render_dir, opts=child)
         else:
             context = args.cluster.context if args.cluster.mode == "existing" else None
-            self.provider = k8s.Provider(f"{name}-provider", kubeconfig=args.kubeconfig, context=context, opts=child)
+            # upsert: the model-cache PVC and namespace a `pulumi destroy` left behind (retainOnDelete) are adopted by
+            # the next `up` instead of failing AlreadyExists (pulumi-kubernetes await.go Creation).
+            self.provider = k8s.Provider(f"{name}-provider", kubeconfig=args.kubeconfig, context=context,
+                                         upsert_existing_objects=True, opts=child)
         # Retained: deleting a namespace deletes the model-cache PVC inside it.
         self.namespace = register(f"{name}-namespace", manifests.namespace(args.graph), pulumi.ResourceOptions(
             parent=self, provider=self.provider, retain_on_delete=True))

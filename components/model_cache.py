@@ -41,7 +41,8 @@ class ModelCacheArgs:
 class ModelCache(pulumi.ComponentResource):
     """Weights on a shared volume, downloaded once and checked shard by shard before any worker starts.
 
-    The volume is protected and retained: `pulumi destroy` or a replaced graph never deletes 1.5 TB of weights."""
+    The volume is retained (retainOnDelete): neither `pulumi destroy` nor a replacement deletes 1.5 TB of weights;
+    it is not `protect`ed, which would block `pulumi destroy` and keep the cluster through a teardown."""
 
     volume: pulumi.CustomResource
     download: pulumi.CustomResource
@@ -53,7 +54,7 @@ class ModelCache(pulumi.ComponentResource):
         secret = register(f"{name}-hf-token", manifests.hf_token_secret(g, args.hf_token), child)
         self.volume = register(f"{name}-volume", manifests.model_cache_pvc(g, args.storage_class, args.size_gi),
                                pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
-                                   protect=True, retain_on_delete=True,
+                                   retain_on_delete=True,
                                    # Sized once: a statically bound claim cannot be resized and none can shrink.
                                    ignore_changes=["spec.resources.requests.storage"])))
         script = register(f"{name}-verify-script", manifests.verify_script_config_map(g), child)

@@ -118,6 +118,9 @@ class ClusterConfig(Strict):
     allow_public_endpoint_from_anywhere: bool = Field(
         False, alias="allowPublicEndpointFromAnywhere",
         description="accept 0.0.0.0/0 in publicAccessCidrs (the API is then reachable from the whole internet)")
+    parked: bool = Field(False, description="eks: keep only the model cache's filesystem and the network it sits in; "
+                         "EKS, nodes, NAT, add-ons and the graph are deleted by the next `up` (`make park`), and "
+                         "come back onto the same weights when this is false again (docs/aws.md, Teardown)")
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig, alias="systemNodes")
     gpu_nodes: GpuNodesConfig = Field(default_factory=GpuNodesConfig, alias="gpuNodes")
 
@@ -402,6 +405,9 @@ def check_modes(cfg: StackConfig) -> None:
     if kind != "existing" and mode != "eks":
         raise ConfigError(f"kimi-k3:storage.kind = {kind!r}: created by this program only in kimi-k3:cluster.mode eks "
                           f"(mode is {mode!r}); allowed here: existing, with kimi-k3:storage.storageClass")
+    if cfg.cluster.parked and mode != "eks":
+        raise ConfigError(f"kimi-k3:cluster.parked = true: only eks mode builds (and can park) a cluster; mode is "
+                          f"{mode!r}; allowed: false (`pulumi destroy` keeps the model-cache PVC and its namespace)")
     if mode == "render":
         for key, addon in cfg.platform:
             if addon.install:

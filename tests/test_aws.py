@@ -79,7 +79,7 @@ def test_eks_control_plane_network_and_access(stack, rendered):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_fsx_filesystem_and_cache_volume_are_protected_and_bound(stack, rendered):
+def test_fsx_filesystem_is_protected_and_the_cache_volume_retained_and_bound(stack, rendered):
     r = rendered[stack]
     fsx = one(r, "aws:fsx/lustreFileSystem:LustreFileSystem")
     assert fsx["protect"] and fsx["retainOnDelete"]
@@ -88,7 +88,7 @@ def test_fsx_filesystem_and_cache_volume_are_protected_and_bound(stack, rendered
     assert fsx["inputs"]["perUnitStorageThroughput"] == 1000
     assert fsx["inputs"]["storageCapacity"] == 2400 * r.outputs["nodes"]
     pv = one(r, "kubernetes:core/v1:PersistentVolume")
-    assert pv["protect"] and pv["retainOnDelete"]
+    assert pv["retainOnDelete"] and not pv["protect"], "protect would keep the cluster through a teardown"
     spec = pv["inputs"]["spec"]
     assert spec["persistentVolumeReclaimPolicy"] == "Retain"
     assert spec["csi"]["driver"] == "fsx.csi.aws.com" and spec["csi"]["volumeHandle"] == "kimi-k3-storage-fsx-id"
@@ -118,7 +118,7 @@ def test_s3_import_path_adds_a_data_repository_association():
     dra = one(r, "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
     assert dra["inputs"]["dataRepositoryPath"] == "s3://my-weights/kimi-k3/"
     assert dra["inputs"]["fileSystemPath"] == "/moonshotai/Kimi-K3"
-    assert dra["retainOnDelete"]
+    assert dra["retainOnDelete"] and dra["protect"], "kept with the filesystem: one association per path"
     # Pre-staged weights import without Hugging Face: the Job only verifies them, it downloads nothing.
     job = one(r, "kubernetes:batch/v1:Job")["inputs"]["spec"]["template"]["spec"]
     assert "hf download" not in job["initContainers"][0]["args"][0]
@@ -343,6 +343,10 @@ BAD = {
         "gb200", {"cluster": eks_cluster("gb200"), "platform": {"efaDevicePlugin": {
             "values": {"supportedInstanceLabels": {"values": ["p5en.48xlarge"]}}}}},
         ["kimi-k3:platform.efaDevicePlugin.values.supportedInstanceLabels.values", "p6e-gb200.36xlarge"]),
+    "parked outside eks mode": (
+        "gb300", {"cluster": {"mode": "existing", "parked": True}, "kubeconfig": "apiVersion: v1\n",
+                  "storage": {"kind": "existing", "storageClass": "fsx"}},
+        ["kimi-k3:cluster.parked = true", "eks mode", "allowed: false"]),
     "cluster region differs from the AWS provider's": (
         "gb300", {"cluster": {"mode": "eks", "region": "us-west-2",
                               "gpuNodes": {"capacityReservationId": "cr-0123456789abcdef0"}}},
@@ -570,3 +574,45 @@ def test_ways_to_open_access_when_needed():
     hop2 = render_with("gb300", cluster=eks_cluster("gb300", gpuNodes={"imdsHopLimit": 2}))
     assert one(hop2, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["metadataOptions"][
         "httpPutResponseHopLimit"] == 2
+
+
+# --- teardown that keeps the weights (issue 9 item 12) ---------------------------------------------------------------
+
+HOURLY = ("aws:eks/cluster:Cluster", "aws:eks/nodeGroup:NodeGroup", "aws:ec2/natGateway:NatGateway", "aws:ec2/eip:Eip",
+          "aws:ec2/vpcEndpoint:VpcEndpoint", "aws:eks/addon:Addon")
+KEPT_TYPES = {"aws:ec2/vpc:Vpc", "aws:ec2/subnet:Subnet", "aws:ec2/securityGroup:SecurityGroup",
+              "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation",
+              "aws:efs/fileSystem:FileSystem", "kimi-k3:aws:GpuCluster", "kimi-k3:aws:ModelStorage"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_park_keeps_only_the_weights_and_their_network_unchanged(stack, rendered):
+    """`make park`: the same program with kimi-k3:cluster.parked registers only the filesystem and its network, with
+    the URNs and inputs they have now, so `pulumi up` deletes everything else and changes nothing that stays."""
+    full = {x["urn"]: x for x in rendered[stack].resources}
+    parked = render_with(stack, cluster=eks_cluster(stack, parked=True))
+    assert parked.objects == [], "no Kubernetes object: the cluster goes"
+    kept = {x["urn"]: x for x in parked.resources}
+    assert set(kept) <= set(full), "nothing new is created while parking"
+    assert {x["type"] for x in kept.values()} <= KEPT_TYPES
+    for urn, x in kept.items():
+        assert (x["inputs"], x["protect"], x["retainOnDelete"], x["parent"]) == (
+            full[urn]["inputs"], full[urn]["protect"], full[urn]["retainOnDelete"], full[urn]["parent"]), urn
+    gone = [x for u, x in full.items() if u not in kept]
+    assert {t for t in HOURLY} <= {x["type"] for x in gone}, "every hourly-billed piece is deleted"
+    assert not any(x["protect"] for x in gone), "a protected resource would stop the parking `up`"
+    (fsx,) = [x for x in kept.values() if x["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem"]
+    assert fsx["protect"] and fsx["retainOnDelete"]
+    assert parked.outputs == {"filesystemId": rendered[stack].outputs["filesystemId"], "parked": True}
+
+
+def test_existing_cluster_destroy_passes_and_keeps_the_cache_claim():
+    """In existing mode nothing is protected, so `pulumi destroy` runs; the claim and its namespace are retained
+    (left in the cluster with the weights), and the next `up` adopts them (upsertExistingObjects)."""
+    r = render_with("gb300", cluster={"mode": "existing"}, kubeconfig="apiVersion: v1\n",
+                    storage={"kind": "existing", "storageClass": "fsx"})
+    assert not [x["name"] for x in r.resources if x["protect"]]
+    retained = sorted(x["type"].rsplit(":", 1)[-1] for x in r.resources if x["retainOnDelete"])
+    assert retained == ["Namespace", "PersistentVolumeClaim"]
+    (provider,) = [x for x in r.resources if x["type"] == "pulumi:providers:kubernetes"]
+    assert provider["inputs"]["upsertExistingObjects"] == "true"

@@ -83,3 +83,14 @@ def test_make_up_stops_before_pulumi_up_when_the_change_would_replace_the_graph(
     assert not any(c.startswith("up ") for c in calls)
     out = proc.stdout + proc.stderr
     assert "graph-updated-in-place" in out and "metadata.name" in out and "stopped before changing anything" in out
+
+
+def test_make_park_and_unpark_flip_the_parked_flag_then_run_up(tmp_path):
+    proc, calls = make("park", tmp_path, HAS_TOKEN="1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert calls[-2:] == ["config set --path kimi-k3:cluster.parked true --stack gb300-disagg",
+                          "up --stack gb300-disagg --policy-pack policies"]
+    proc, calls = make("unpark", tmp_path, HAS_TOKEN="1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert calls[-2:] == ["config rm --path kimi-k3:cluster.parked --stack gb300-disagg",
+                          "up --stack gb300-disagg --policy-pack policies"]

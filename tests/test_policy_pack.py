@@ -96,8 +96,8 @@ def test_configure_then_analyze_good_graph_reports_nothing(analyzer):
     for obj in good_objects():
         assert by_policy(analyze(analyzer, obj)) == [], obj["kind"]
     stack = analyzer.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(
-        resources=[resource(o, protect=True) for o in good_objects()]))
-    assert by_policy(stack) == []
+        resources=[resource(o) for o in good_objects()]))
+    assert by_policy(stack) == [], "the claim is retained, not protected (retainOnDelete: not visible here)"
 
 
 def test_analyze_catches_frontend_bug_replay_and_ucx_contradiction(analyzer):

@@ -142,9 +142,10 @@ def _resource(r, type_suffix):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_model_cache_is_protected_and_retained(stack, rendered):
+def test_model_cache_is_retained_not_protected(stack, rendered):
     pvc = _resource(rendered[stack], ":PersistentVolumeClaim")
-    assert pvc["protect"] and pvc["retainOnDelete"]
+    # retainOnDelete: Pulumi never deletes it; not protect, which blocks `pulumi destroy` and keeps the cluster.
+    assert pvc["retainOnDelete"] and not pvc["protect"]
     assert pvc["ignoreChanges"] == ["spec.resources.requests.storage"], "a new size must not fail `pulumi up`"
     pvc_spec = pvc["inputs"]["spec"]
     assert pvc_spec["accessModes"] == ["ReadWriteMany"]

@@ -65,7 +65,7 @@ def good_objects():
     return [compute_domain("prefill"), compute_domain("decode"), dgd, pvc]
 
 
-def protected(objects, protect=True, retain=None):
+def protected(objects, protect=False, retain=True):
     return [rules.ResourceInfo(f"kubernetes:{o['apiVersion'] if '/' in o['apiVersion'] else 'core/v1'}:{o['kind']}",
                                o["metadata"]["name"], rules.target_of(o), protect, retain) for o in objects]
 
@@ -182,13 +182,22 @@ def test_upstream_frontend_bug_replay_is_caught():
     assert "$(MODEL_PATH) has no env entry" in violations[0].message and "Frontend" in violations[0].message
 
 
-def test_model_cache_retained_needs_protect_or_retain():
+def test_model_cache_retained_needs_retain_and_no_protect_on_the_claim():
     objects = good_objects()
     assert "model-cache-retained" not in fired(objects)
     assert "model-cache-retained" in fired(objects, resources=protected(objects, protect=False, retain=False))
     assert "model-cache-retained" not in fired(objects, resources=protected(objects, protect=False, retain=True))
-    fs = rules.ResourceInfo("aws:fsx/lustreFileSystem:LustreFileSystem", "cache", None, False, False)
-    assert "model-cache-retained" in fired(objects, resources=protected(objects) + [fs])
+    # The old form: protect on the claim blocks `pulumi destroy` and keeps the cluster through a teardown; protect
+    # without retainOnDelete loses the weights after an unprotect.
+    old = [v for v in run(objects, resources=protected(objects, protect=True, retain=True))[0]
+           if v.rule == "model-cache-retained"]
+    assert [v.target for v in old] == ["PersistentVolumeClaim/model-cache"] and "protect" in old[0].message
+    assert "model-cache-retained" in fired(objects, resources=protected(objects, protect=True, retain=False))
+    fs = rules.ResourceInfo("aws:fsx/lustreFileSystem:LustreFileSystem", "cache", None, True, False)
+    assert "model-cache-retained" in fired(objects, resources=protected(objects) + [fs]), "protect alone"
+    kept = rules.ResourceInfo("aws:fsx/lustreFileSystem:LustreFileSystem", "cache", None, True, True)
+    assert "model-cache-retained" not in fired(objects, resources=protected(objects) + [kept]), \
+        "a protected filesystem is fine: its teardown keeps only AWS network pieces"
 
 
 def test_model_cache_retained_not_evaluated_from_manifests_or_without_retain_visibility():

@@ -27,13 +27,14 @@ def _assume(service: str) -> str:
 
 class GpuClusterArgs:
     def __init__(self, cluster: ClusterConfig, gpu: spec.GpuNodePlan, subnets: list[spec.SubnetPlan],
-                 platform: str, endpoint: dict, tags: Optional[dict[str, str]] = None):
+                 platform: str, endpoint: dict, tags: Optional[dict[str, str]] = None, parked: bool = False):
         """
         :param cluster: `kimi-k3:cluster` (region, Kubernetes version, zones, VPC CIDR, node groups, admins).
         :param gpu: the validated GPU node plan (instance facts, capacity type, reservation, node count).
         :param subnets: the subnet layout (kimi_k3.aws.subnet_plan): private per zone, the GPU zone, public for NAT.
         :param platform: gb200 or gb300, for node labels.
         :param endpoint: the API endpoint's access (kimi_k3.aws.endpoint_access: private, public CIDRs).
+        :param parked: only the VPC and its subnets (what the retained filesystem sits in); nothing billed by the hour.
         :param tags: tags on every AWS resource.
         """
         self.cluster = cluster
@@ -41,6 +42,7 @@ class GpuClusterArgs:
         self.subnets = subnets
         self.platform = platform
         self.endpoint = endpoint
+        self.parked = parked
         self.tags = tags or {}
 
 
@@ -66,7 +68,6 @@ class GpuCluster(pulumi.ComponentResource):
         # --- network: private subnets for nodes, NAT for egress, S3 gateway endpoint for weights and images ---
         self.vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=c.vpc_cidr, enable_dns_hostnames=True, enable_dns_support=True,
                                tags={**tags, "Name": f"{name}-vpc"}, opts=child())
-        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child())
         subnets = {}
         for s in args.subnets:
             role_tag = {"kubernetes.io/role/elb": "1"} if s.public else {"kubernetes.io/role/internal-elb": "1"}
@@ -75,6 +76,13 @@ class GpuCluster(pulumi.ComponentResource):
                 map_public_ip_on_launch=s.public, tags={**tags, **role_tag, "Name": f"{name}-{s.name}"}, opts=child())
         public = [s for s in args.subnets if s.public]
         private = [s for s in args.subnets if not s.public]
+        self.system_subnet_ids = [subnets[s.name].id for s in private if s.role == "system"]
+        gpu_subnet = next((s for s in private if s.zone == args.gpu.availability_zone))
+        self.gpu_subnet_id = subnets[gpu_subnet.name].id
+        if args.parked:  # same names and inputs as below, so the kept pieces are unchanged
+            self.register_outputs({"vpcId": self.vpc.id, "parked": True})
+            return
+        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child())
         public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=self.vpc.id, routes=[
             {"cidr_block": "0.0.0.0/0", "gateway_id": igw.id}], tags=tags, opts=child())
         for s in public:
@@ -90,9 +98,6 @@ class GpuCluster(pulumi.ComponentResource):
                                           route_table_id=private_rt.id, opts=child())
         aws.ec2.VpcEndpoint(f"{name}-s3-endpoint", vpc_id=self.vpc.id, service_name=f"com.amazonaws.{c.region}.s3",
                             vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id], tags=tags, opts=child())
-        self.system_subnet_ids = [subnets[s.name].id for s in private if s.role == "system"]
-        gpu_subnet = next((s for s in private if s.zone == args.gpu.availability_zone))
-        self.gpu_subnet_id = subnets[gpu_subnet.name].id
 
         # --- control plane ---
         cluster_role = aws.iam.Role(f"{name}-cluster-role", assume_role_policy=_assume("eks.amazonaws.com"),

@@ -22,7 +22,7 @@ class ModelStorageArgs:
                  vpc_cidr: str, subnet_id: pulumi.Input[str], mount_subnet_ids: list[pulumi.Input[str]],
                  claim_namespace: str, claim_name: str, cache_path_in_fs: str, size_gi: int,
                  wait_for: Optional[list[pulumi.Resource]] = None, tags: Optional[dict[str, str]] = None,
-                 oidc: Optional[Oidc] = None):
+                 oidc: Optional[Oidc] = None, parked: bool = False):
         """
         :param storage: `kimi-k3:storage` (kind fsx-lustre or efs, sizes, throughput, optional S3 import path).
         :param cluster_name: the EKS cluster, for the CSI driver add-on.
@@ -37,8 +37,10 @@ class ModelStorageArgs:
         :param wait_for: what the CSI driver add-on needs (nodes to run on: the system node group).
         :param tags: tags on every AWS resource.
         :param oidc: the cluster's IAM OIDC provider: the CSI controller gets its own IRSA role, not the node role.
+        :param parked: only the filesystem (and its S3 association, security group): no cluster to mount it in.
         """
         self.oidc = oidc
+        self.parked = parked
         self.wait_for = wait_for or []
         self.storage = storage
         self.cluster_name = cluster_name
@@ -55,6 +57,10 @@ class ModelStorageArgs:
 
 class ModelStorage(pulumi.ComponentResource):
     """The weights' filesystem, protected and retained, bound to the model-cache PVC through a static PV (Retain).
+
+    Teardown (`pulumi destroy --exclude-protected`, `make down`) keeps what is protected and everything it depends
+    on: the filesystem, its S3 association, security group, subnet and VPC. Nothing in Kubernetes is protected
+    (protect would keep its provider, and so the EKS cluster); the PV is only retained.
 
     `storage_class` is "" (static binding); `ready` is what the download Job must wait for (nothing GPU-related)."""
 
@@ -92,7 +98,9 @@ class ModelStorage(pulumi.ComponentResource):
                     f"{name}-s3-import", file_system_id=fs.id, data_repository_path=f.s3_import_path,
                     file_system_path=args.cache_path_in_fs, batch_import_meta_data_on_create=True,
                     s3={"auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]}},
-                    delete_data_in_filesystem=False, tags=tags, opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True)))
+                    delete_data_in_filesystem=False, tags=tags,
+                    # Kept with the filesystem: a path holds one association, so a recreated one would collide.
+                    opts=pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True)))
             self.filesystem_id = fs.id
             handle: Any = fs.id
             attributes: Any = pulumi.Output.all(fs.dns_name, fs.mount_name).apply(
@@ -107,12 +115,16 @@ class ModelStorage(pulumi.ComponentResource):
             fs = aws.efs.FileSystem(f"{name}-efs", encrypted=True, performance_mode="generalPurpose",
                                     throughput_mode=s.efs.throughput_mode, tags={**tags, "Name": f"{name}-efs"},
                                     opts=keep)
-            targets = [aws.efs.MountTarget(f"{name}-efs-mt-{i}", file_system_id=fs.id, subnet_id=sid,
-                                           security_groups=[sg.id], opts=child)
-                       for i, sid in enumerate(args.mount_subnet_ids)]
+            targets = [] if args.parked else [
+                aws.efs.MountTarget(f"{name}-efs-mt-{i}", file_system_id=fs.id, subnet_id=sid, security_groups=[sg.id],
+                                    opts=child) for i, sid in enumerate(args.mount_subnet_ids)]
             self.ready = [fs, *targets]
             self.filesystem_id = fs.id
             handle, attributes, mount_options = fs.id, {}, None
+        self.storage_class = ""
+        if args.parked:
+            self.register_outputs({"filesystemId": self.filesystem_id, "kind": kind, "parked": True})
+            return
         # The controller's own identity (IRSA) with no AWS permissions: the static PV needs no FSx/EFS API call (no
         # dynamic provisioning); without it the controller would fall back to the node role. Dynamic provisioning
         # would need AmazonFSxFullAccess / AmazonEFSCSIDriverPolicy on this role (docs/aws.md).
@@ -129,7 +141,7 @@ class ModelStorage(pulumi.ComponentResource):
                             args.claim_namespace, args.claim_name, mount_options)
         self.volume = k8s.core.v1.PersistentVolume(
             f"{name}-pv", metadata=pv["metadata"], spec=pv["spec"],
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, protect=True, retain_on_delete=True))
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, retain_on_delete=True))
         self.ready.append(self.volume)
         self.storage_class = ""
         self.register_outputs({"filesystemId": self.filesystem_id, "kind": kind})

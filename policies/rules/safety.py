@@ -104,11 +104,16 @@ def check_model_cache_retained(objects: Sequence[Mapping], ctx: Context) -> Iter
             yield Finding(f"PersistentVolumeClaim/{claim}", "model-cache claim is not managed by this stack")
     cache = [res for _, res in pvcs if res] + [r for r in ctx.resources if r.type in CACHE_FILESYSTEM_TYPES]
     for res in cache:
-        if res is None or res.protect or res.retain_on_delete:
-            continue
         target = res.key or f"{res.type}/{res.name}"
+        if res.key and res.protect:
+            # A protected Kubernetes object keeps its provider, so `pulumi destroy --exclude-protected` keeps the
+            # cluster, and a plain `pulumi destroy` stops: teardown must pass with the weights retained.
+            yield Finding(target, "model-cache claim is protect: pulumi destroy cannot run and a teardown keeps "
+                          "the cluster; use retainOnDelete alone")
+        if res.retain_on_delete:
+            continue
         if res.retain_on_delete is None:
-            yield Skipped(target, "not protected, and retainOnDelete is not visible to a policy pack")
+            yield Skipped(target, "retainOnDelete is not visible to a policy pack")
         else:
-            yield Finding(target, "model cache is neither protect nor retainOnDelete: a destroy deletes ~1.5 TB "
-                          "of weights")
+            yield Finding(target, "model cache is not retainOnDelete: a destroy, or an unprotect then destroy, "
+                          "or a replacement deletes ~1.5 TB of weights")
