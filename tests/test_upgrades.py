@@ -68,4 +68,9 @@ def test_namespace_change_would_replace_graph_and_is_blocked_on_the_cache(bases)
     out = {c.type: c for c in R.classify(base.resources, head.resources)}
     assert out[DGD].action == R.REPLACE
     pvc = out["kubernetes:core/v1:PersistentVolumeClaim"]
-    assert pvc.action == R.REPLACE and pvc.blocked, "protect makes `pulumi up` stop instead of losing the weights"
+    # Retained, not protected (teardown must pass): Pulumi would leave the old claim with its weights and create an
+    # empty one; the upgrade rule stops `make up` before that.
+    assert pvc.action == R.REPLACE and pvc.retained and not pvc.blocked
+    from policies.rules.upgrades import run_transition_rules
+    _, violations = run_transition_rules(base.resources, head.resources)
+    assert "PersistentVolumeClaim" in " ".join(v.target for v in violations if v.rule == "model-cache-kept")
