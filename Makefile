@@ -18,7 +18,7 @@ $(BIN)/kimi-k3: pyproject.toml constraints.txt
 venv: $(BIN)/kimi-k3
 
 test: venv
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --dist loadfile   # one worker per core; a test file stays on one worker (its fixtures once)
 
 test-slow: venv
 	$(BIN)/pytest -m slow
