@@ -474,6 +474,7 @@ def test_up_never_writes_the_gpu_node_group_size_or_template_back(stack, rendere
     must not scale it back, nor roll a new template onto running nodes (upgrades need desired size 0)."""
     ng = one(rendered[stack], "aws:eks/nodeGroup:NodeGroup", "-gpu-nodes")
     assert ng["ignoreChanges"] == ["launchTemplate.version", "scalingConfig.desiredSize"]
+    assert ng["deleteBeforeReplace"], "a replacement group beside the old one would wait for instances that do not exist"
     assert ng["inputs"]["scalingConfig"]["desiredSize"] == NODES[stack], "created with the recipe's nodes"
     assert one(rendered[stack], "aws:eks/nodeGroup:NodeGroup", "-system-nodes")["ignoreChanges"] == []
 

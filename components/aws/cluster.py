@@ -174,8 +174,10 @@ class GpuCluster(pulumi.ComponentResource):
             # (EKS NodegroupUpdateConfig), all at once, since a TP group spans nodes and breaks with any of them.
             update_config={"update_strategy": "MINIMAL", "max_unavailable_percentage": 100},
             labels=spec.gpu_node_labels(args.platform), taints=[spec.GPU_TAINT], tags=tags,
+            # A replacement (new subnet, AMI type, ...) deletes the old group first: a second group created beside
+            # it would wait for instances the reservation does not have.
             opts=pulumi.ResourceOptions.merge(child(*node_policies, self.vpc_cni), pulumi.ResourceOptions(
-                ignore_changes=spec.gpu_node_group_ignore_changes(gpu))))
+                ignore_changes=spec.gpu_node_group_ignore_changes(gpu), delete_before_replace=True)))
 
         self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
             self.cluster.name, self.cluster.endpoint, self.cluster.certificate_authority.data).apply(
