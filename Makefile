@@ -8,7 +8,7 @@ STACKS := gb200 gb200-disagg gb300 gb300-disagg
 PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_BACKEND_URL
 
-.PHONY: venv test test-slow guard render check plan bench pulumi-cli stack token preview up park unpark clean
+.PHONY: venv test test-slow test-perf perf-venv pareto guard render check plan bench pulumi-cli stack token preview up park unpark clean
 
 $(BIN)/kimi-k3: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,21 @@ test: venv
 
 test-slow: venv
 	$(BIN)/pytest -m slow
+
+# The aiconfigurator lane: installs the `perf` extra (large: pandas, pyarrow, scipy) into .venv and checks that the
+# committed table recipes/perf-raw.yaml still equals what aiconfigurator computes (.ci/run runs it after `make test`).
+$(VENV)/.perf-installed: $(BIN)/kimi-k3
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,perf]'
+	touch $@
+
+perf-venv: $(VENV)/.perf-installed
+
+test-perf: perf-venv
+	$(BIN)/pytest tests_aiconfigurator
+
+pareto: venv
+	mkdir -p build
+	for s in $(STACKS); do $(BIN)/kimi-k3 plan $$s --pareto build/pareto-$$s.png >/dev/null || exit 1; done
 
 render: venv
 	$(BIN)/kimi-k3 render $(STACK)

@@ -258,6 +258,7 @@ class RoleOverride(Strict):
     replicas: Optional[int] = Field(None, ge=0)
     tp: Optional[int] = Field(None, ge=1, description="tensor-parallel size; must fill whole nodes")
     nodes_per_replica: Optional[int] = Field(None, alias="nodesPerReplica", ge=1)
+    dcp: Optional[int] = Field(None, ge=1, description="vLLM decode context parallel size (divides tp; recipes/dcp.yaml)")
     gpu_memory_utilization: Optional[float] = Field(None, alias="gpuMemoryUtilization", gt=0, le=1)
     shared_memory_size: Optional[Quantity] = Field(None, alias="sharedMemorySize")
     extra_args: dict[str, FlagValue] = Field(default_factory=dict, alias="extraArgs")

@@ -25,6 +25,7 @@ DERIVED_WORKER_FLAGS = {
     "--gpu-memory-utilization": "kimi-k3:serving.roles.<role>.gpuMemoryUtilization",
     "--kv-cache-dtype": "the recipe's kvCacheDtype", "--max-model-len": "the recipe's maxModelLen",
     "--block-size": "the recipe's blockSize", "--kv-events-config": "the recipe's publishesKvEvents",
+    "--decode-context-parallel-size": "kimi-k3:serving.roles.<role>.dcp",
 }
 DERIVED_FRONTEND_FLAGS = {"--kv-cache-block-size": "the recipe's blockSize"}
 
@@ -98,6 +99,7 @@ class Role:
     # Pods sharing this group share one NVLink clique: every TP group needs one; roles that hand KV over
     # NVLink need the same one. With KV over EFA, each role may sit in its own clique (e.g. two x36 racks).
     nvlink_group: str = ""
+    dcp: int = 1                  # vLLM decode context parallel size (recipes/dcp.yaml)
 
     @property
     def gpus(self) -> int:
@@ -311,6 +313,25 @@ def _kv_over_efa(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
 GRAPH_NAME = "kimi-k3"
 
 
+def _dcp(key: str, role_type: str, tp: int, over, flags: dict[str, FlagValue]) -> int:
+    """The role's decode context parallel size, refused where vLLM refuses it (recipes/dcp.yaml)."""
+    dcp = over.dcp if over and over.dcp is not None else 1
+    if dcp == 1:
+        return 1
+    facts = recipe_file("dcp.yaml")
+    where = f"kimi-k3:serving.roles.{key}.dcp = {dcp}"
+    if role_type not in facts["roles"]:
+        raise ConfigError(f"{where}: decode context parallelism only applies to roles that decode "
+                          f"({', '.join(facts['roles'])}); {key} is a {role_type} role")
+    if tp % dcp:
+        raise ConfigError(f"{where}: must divide the role's tp {tp} (vLLM splits the TP group into DCP groups)")
+    if "--speculative-config" in flags and flags["--speculative-config"] not in (None, False) \
+            and facts["speculative_decoding_supported_from"] is None:
+        raise ConfigError(f"{where}: vLLM does not run Kimi K3 speculative decoding with decode context parallelism "
+                          "(vllm-project/vllm#53673, #50391); drop --speculative-config or set dcp: 1")
+    return dcp
+
+
 def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     recipe = load_recipe(cfg.recipe)
     # One name whatever the recipe: a DynamoGraphDeployment whose name changes is replaced, not patched, and the
@@ -349,6 +370,9 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             '{"publisher":"zmq","topic":"kv-events","endpoint":"tcp://*:%d","enable_kv_cache_events":true}'
             % recipe.kv_events_port)} if rr.publishes_kv_events else {}
         flags = merge(merge(merge(merge(typed, recipe.worker.args), rr.args), events), extra)
+        dcp = _dcp(key, rr.type, tp, over, flags)
+        if dcp > 1:
+            flags = merge(flags, {"--decode-context-parallel-size": dcp})
         if efa:
             flags = _kv_over_efa(flags)
         env = merge(merge(merge(base_env, recipe.worker.env), rr.env), over.env if over else {})
@@ -362,6 +386,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             pod_annotations=tuple(sorted(recipe.worker.pod_annotations.items())),
             efa_devices=efa,
             nvlink_group=name if recipe.kv_transport == "nvlink" else f"{name}-{key}",
+            dcp=dcp,
         ))
     fe = cfg.serving.frontend
     _check_overridable(fe.extra_args, DERIVED_FRONTEND_FLAGS, "kimi-k3:serving.frontend.extraArgs")

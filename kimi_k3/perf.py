@@ -44,7 +44,12 @@ class Workload:
 
 @lru_cache(maxsize=None)
 def raw_table() -> dict[str, Any]:
-    return recipe_file("perf-raw.yaml")
+    """recipes/perf-raw.yaml, parsed once (with libyaml when present: the table is ~100 KB)."""
+    import yaml
+    from .data import RECIPES
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load((RECIPES / "perf-raw.yaml").read_text(), Loader=loader)
 
 
 def _points() -> dict[str, dict[str, Any]]:
@@ -68,7 +73,12 @@ def _bracket(value: int, grid: Iterable[int], what: str) -> tuple[int, int]:
     return g[g.index(hi) - 1], hi
 
 
-def raw_estimate(point: dict[str, Any]) -> tuple[dict[str, float], str]:
+@lru_cache(maxsize=None)
+def _live() -> bool:
+    return aic.available()[0]
+
+
+def raw_estimate(point: dict[str, Any], live: bool = True) -> tuple[dict[str, float], str]:
     """aiconfigurator's numbers for `point` (the keys of recipes/perf-raw.yaml), and their source.
 
     Exact grid points come straight from the committed table; others are interpolated between grid
@@ -81,16 +91,24 @@ def raw_estimate(point: dict[str, Any]) -> tuple[dict[str, float], str]:
         if "error" in est:
             raise PerfError(f"aiconfigurator: {est['error']} ({key})")
         return {m: est[m] for m in METRICS}, "aiconfigurator"
+    if live and _live():  # off the committed grid, with the tool installed: ask it (a few seconds)
+        est = aic.estimate(point)
+        if "error" in est:
+            raise PerfError(f"aiconfigurator: {est['error']} ({key})")
+        return {m: est[m] for m in METRICS}, "aiconfigurator (live)"
     if point["osl"] != aic.OSL:
         raise PerfError(f"OSL {point['osl']:,} is not in the committed aiconfigurator table (OSL {aic.OSL:,}); "
                         f"regenerate it with the tool installed ({aic.INSTALL_HINT})")
     bkey = "batch" if point["mode"] == "agg" else "decode_batch"
     b0, b1 = _bracket(point[bkey], aic.BATCHES, "batch per worker")
     i0, i1 = _bracket(point["isl"], aic.CONTEXTS, "ISL")
+    if (b0, i0) == (b1, i1):  # on the grid, yet not in the table: a layout the table does not cover
+        raise PerfError(f"{key} is not in the committed aiconfigurator table (recipes/perf-raw.yaml); "
+                        f"layouts it covers: {', '.join(l.describe() for l in candidate_layouts())}")
     corners = {}
     for b in {b0, b1}:
         for i in {i0, i1}:
-            corners[(b, i)], _ = raw_estimate({**point, bkey: b, "isl": i})
+            corners[(b, i)], _ = raw_estimate({**point, bkey: b, "isl": i}, live=False)
     out = {}
     for m in METRICS:
         lo = _interp(point[bkey], b0, b1, corners[(b0, i0)][m], corners[(b1, i0)][m])
@@ -289,13 +307,14 @@ def _kv_capacity(gpu: str, tp: int, context: int, gpu_memory_utilization: float,
                              max_model_len=max(context, 1)).max_concurrent_requests(context)
 
 
-def estimate(layout: Layout, workload: Workload, *, gpu_memory_utilization: float = 0.9, dcp: int = 1) -> Estimate:
+def estimate(layout: Layout, workload: Workload, *, gpu_memory_utilization: float = 0.9, dcp: int = 1,
+             live: bool = True) -> Estimate:
     """Raw and calibrated performance of `layout` under `workload` (concurrency spread over decoding workers)."""
     if workload.isl < 1 or workload.osl < 1:
         raise PerfError("ISL and OSL must be >= 1")
     concurrency = workload.concurrency or DEFAULT_CONCURRENCY_PER_DECODE_WORKER * layout.replicas
     batch = max(1, round(concurrency / layout.replicas))
-    raw, source = raw_estimate(layout.point(workload.isl, workload.osl, batch))
+    raw, source = raw_estimate(layout.point(workload.isl, workload.osl, batch), live=live)
     cal = calibration().apply(raw, batch, prefill_batch=1 if layout.mode == "disagg" else None)
     capacity = _kv_capacity(layout.gpu, layout.tp, workload.isl + workload.osl, gpu_memory_utilization, dcp)
     notes = []
@@ -325,7 +344,7 @@ def curves(layout: Layout, *, osl: int = DEFAULT_OSL, gpu_memory_utilization: fl
         for batch in aic.BATCHES:
             w = Workload(isl=isl, osl=osl, concurrency=batch * layout.replicas)
             try:
-                e = estimate(layout, w, gpu_memory_utilization=gpu_memory_utilization)
+                e = estimate(layout, w, gpu_memory_utilization=gpu_memory_utilization, live=False)
             except PerfError as err:
                 out.append({"isl": isl, "batch_per_worker": batch, "error": str(err)})
                 continue
@@ -385,8 +404,8 @@ def sla_search(ttft_ms: float, tpot_ms: float, workload: Workload, gpu_hour_usd_
             continue
         for batch in aic.BATCHES:
             w = Workload(workload.isl, workload.osl, concurrency=batch * layout.replicas)
-            try:
-                e = estimate(layout, w, gpu_memory_utilization=gpu_memory_utilization)
+            try:  # table only (interpolated off the grid): the answer must come in seconds
+                e = estimate(layout, w, gpu_memory_utilization=gpu_memory_utilization, live=False)
             except PerfError:
                 continue
             c = e.calibrated
@@ -421,30 +440,75 @@ def stack_config_for(candidate: Candidate) -> dict[str, Any]:
 # ---------------------------------------------------------------- memory
 
 
-def memory_comparison(gpu: str, tp: int, weights_bytes_per_gpu: float, hbm_gb: float) -> Optional[dict[str, Any]]:
-    """Our per-GPU weights and HBM next to aiconfigurator's (GiB), where the committed table has that TP."""
+def memory_comparison(gpu: str, tp: int) -> Optional[dict[str, Any]]:
+    """Our per-GPU weights and HBM next to aiconfigurator's (GiB), with the difference taken apart.
+
+    Two terms explain it: aiconfigurator counts the MXFP4 routed experts at 4 bits per value, without the E8M0
+    scale (8 bits per 32 values, +6.25% of the experts), and leaves the vision tower (kept whole on every GPU
+    by --mm-encoder-tp-mode data) out of the weights. What remains is `residual_gib`."""
+    from . import planner
+
     theirs = raw_table().get("memory_gib_per_gpu", {}).get(f"{gpu} tp{tp}")
     if theirs is None:
         return None
     gib = 2**30
-    return {"ours_weights_gib": round(weights_bytes_per_gpu / gib, 2), "aiconfigurator_weights_gib": theirs["weights"],
-            "weights_difference_gib": round(weights_bytes_per_gpu / gib - theirs["weights"], 2),
-            "ours_hbm_gib": round(hbm_gb * 1e9 / gib, 2), "aiconfigurator_hbm_gib": round(theirs["hbm_bytes"] / gib, 2),
-            "aiconfigurator_other_gib": round(theirs["activations"] + theirs["nccl"] + theirs["others"], 2)}
+    m = planner.load_model_facts()
+    ours = planner.weights_bytes_per_gpu(m, tp)
+    groups = planner.weight_groups(m)
+    scale_bits = m.routed_expert_bits - 4
+    scales = sum(g.params * scale_bits / 8 / tp for g in groups if g.kind == "routed_experts")
+    vision = sum(g.bytes for g in groups if g.kind == "vision")
+    hbm = planner.load_platforms()[gpu].hbm_gb * 1e9
+    return {"ours_weights_gib": round(ours / gib, 2), "aiconfigurator_weights_gib": round(theirs["weights"], 2),
+            "difference_gib": round(ours / gib - theirs["weights"], 2),
+            "mxfp4_scales_gib": round(scales / gib, 2), "vision_tower_gib": round(vision / gib, 2),
+            "residual_gib": round((ours - scales - vision) / gib - theirs["weights"], 2),
+            "ours_hbm_gib": round(hbm / gib, 2), "aiconfigurator_hbm_gib": round(theirs["hbm_bytes"] / gib, 2),
+            "aiconfigurator_activations_nccl_other_gib": round(theirs["activations"] + theirs["nccl"] + theirs["others"], 2)}
 
 
 # ---------------------------------------------------------------- mocker
 
 
-def mocker_timing(layout: Layout, isl: int = DEFAULT_ISL, osl: int = DEFAULT_OSL) -> dict[str, Any]:
-    """Calibrated per-step timing for Dynamo's mocker: prefill ms per request and decode ms per step by batch."""
-    decode = {}
-    for batch in aic.BATCHES:
+def mocker_profile(layout: Layout, osl: int = DEFAULT_OSL) -> dict[str, Any]:
+    """Dynamo mocker timing tables (the `--planner-profile-data` NPZ keys of dynamo/mocker 1.6.1,
+    utils/planner_profiler_perf_data_converter.py) from the calibrated model of `layout`:
+    prefill_ttft_ms by prefill_isl, and decode_itl[active KV tokens][context length] in ms, where the decode
+    batch is active tokens / context length (clamped to the 1..64 requests per worker the table covers)."""
+    cal = calibration()
+    contexts, prefill = [], []
+    for isl in aic.CONTEXTS:  # the context lengths where one request fits (aiconfigurator's memory check)
         try:
-            e = estimate(layout, Workload(isl, osl, concurrency=batch * layout.replicas))
+            raw, _ = raw_estimate(layout.point(isl, osl, 1), live=False)
         except PerfError:
             continue
-        decode[batch] = round(e.calibrated["tpot_ms"], 3)
-    first = estimate(layout, Workload(isl, osl, concurrency=layout.replicas))
-    return {"layout": layout.describe(), "isl": isl, "osl": osl, "prefill_ms": round(first.calibrated["ttft_ms"], 3),
-            "decode_ms_per_step_by_batch": decode}
+        contexts.append(isl)
+        prefill.append(round(cal.apply(raw, 1, prefill_batch=1)["ttft_ms"], 3))
+    if not contexts:
+        raise PerfError(f"no context length of {layout.describe()} is in the committed aiconfigurator table")
+    active = sorted({b * c for b in aic.BATCHES for c in contexts} | {1})
+    itl = []
+    for kv in active:
+        row = []
+        for ctx in contexts:
+            batch = min(max(round(kv / ctx), 1), aic.BATCHES[-1])
+            value = None
+            while value is None and batch >= 1:
+                try:
+                    raw, _ = raw_estimate(layout.point(ctx, osl, batch), live=False)
+                    value = cal.apply(raw, batch)["tpot_ms"] * (max(kv / ctx, 1) / batch)
+                except PerfError:  # beyond what fits: the largest batch that does, scaled by the extra load
+                    batch //= 2
+            row.append(round(value, 3) if value is not None else None)
+        itl.append(row)
+    return {"prefill_isl": [float(c) for c in contexts], "prefill_ttft_ms": prefill,
+            "decode_active_kv_tokens": [float(a) for a in active], "decode_context_length": [float(c) for c in contexts],
+            "decode_itl": itl}
+
+
+def write_mocker_profile(profile: dict[str, Any], path: str) -> str:
+    """The profile as the mocker's NPZ file (numpy comes with matplotlib)."""
+    import numpy as np
+
+    np.savez(path, **{k: np.asarray(v, dtype=float) for k, v in profile.items()})
+    return path

@@ -15,6 +15,8 @@ from kimi_k3 import aws, planner
 from kimi_k3.errors import UserError
 from kimi_k3.stacks import StackError
 
+from . import plan_perf
+
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", description=__doc__)
@@ -34,6 +36,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--output-tokens-per-second", type=positive, help="stack output throughput for $/Mtok")
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
     p.add_argument("--plot", metavar="FILE.png", help="draw capacity and cost vs context length per role")
+    plan_perf.add_arguments(p)
     p.set_defaults(func=run)
     return p
 
@@ -148,7 +151,7 @@ def _from_graph(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
     cfg, graph = load_stack(args.stack)
     roles = [planner.RoleSpec(name=r.key, gpu=graph.platform.name, tp=r.tp, nodes_per_replica=r.nodes_per_replica,
                               replicas=r.replicas, gpu_memory_utilization=r.gpu_memory_utilization,
-                              kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len)
+                              kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len, dcp=r.dcp)
              for r in graph.roles]
     billed = None
     if cfg.cluster.mode == "eks":  # a Capacity Block is paid whole: the reservation's instances, used or not
@@ -164,6 +167,12 @@ def _from_graph(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
     if args.kv_budget_gib is not None:
         stack = _rebudget(stack, args.kv_budget_gib)
     return stack, f"stack {args.stack}"
+
+
+def stack_plan(name: str) -> planner.StackPlan:
+    """A stack's plan as `kimi-k3 plan NAME` computes it (its own pricing, storage and roles)."""
+    args = argparse.Namespace(stack=name, output_tokens_per_second=None, kv_budget_gib=None)
+    return _from_graph(args)[0]
 
 
 def render_table(stack: planner.StackPlan, title: str) -> str:
@@ -246,6 +255,11 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)
     try:
+        if args.sla:
+            if args.stack or args.gpu:
+                raise ValueError("--sla searches every layout on GB200 and GB300: give it without STACK/--gpu")
+            return plan_perf.run_sla(args)
+        workload = plan_perf.workload(args)
         if args.stack and args.gpu:
             raise ValueError("give either STACK or --gpu/--tp, not both")
         if args.stack:
@@ -257,10 +271,35 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, KeyError, StackError) as e:
         print(f"kimi-k3 plan: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(stack.to_json(), indent=2) if args.json else render_table(stack, title))
+    est, perf_error = plan_perf.performance(stack, workload)
+    if est is not None and args.output_tokens_per_second is None:  # $/Mtok from the calibrated model
+        stack = replace(stack, output_tokens_per_second=round(est.stack_tokens_per_second(), 2))
+    if args.json:
+        out = stack.to_json()
+        for name, keys in plan_perf.role_json(stack, est).items():
+            out["roles"][name].update(keys)
+        out["performance"] = plan_perf.to_json(stack, est, perf_error, workload)
+        print(json.dumps(out, indent=2))
+    else:
+        print(render_table(stack, title))
+        rows = [row for r in stack.roles for row in [(f"[{r.spec.name}] performance", "")]
+                + plan_perf.role_rows(r.spec.name, est, perf_error)]
+        rows += plan_perf.stack_rows(stack, est, perf_error, workload)
+        width = max(len(k) for k, _ in rows)
+        print("\n".join(f"{k.ljust(width)}  {v}".rstrip() for k, v in rows))
     if args.plot:
         try:
             plot(stack, args.plot)
         except OSError as exc:
             raise UserError(f"--plot {args.plot}: cannot be written ({exc.strerror or exc})") from None
+    try:
+        if args.pareto:
+            plan_perf.pareto_plot(stack, title, args.pareto, workload)
+        if args.mocker_profile:
+            plan_perf.write_mocker_profile(stack, workload, args.mocker_profile)
+    except OSError as exc:
+        raise UserError(f"{args.pareto or args.mocker_profile}: cannot be written ({exc.strerror or exc})") from None
+    except ValueError as e:  # perf.PerfError: a layout or workload the model cannot answer
+        print(f"kimi-k3 plan: {e}", file=sys.stderr)
+        return 2
     return 0

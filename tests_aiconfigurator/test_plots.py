@@ -1,0 +1,27 @@
+"""Plots of the performance model (matplotlib, ~2 s each): in the perf lane to keep `make test` fast.
+They need no aiconfigurator, so they run whether or not the `perf` extra is installed."""
+
+from __future__ import annotations
+
+import pytest
+
+from kimi_k3.commands import main as cli
+
+
+@pytest.mark.parametrize("stack", ["gb200-disagg", "gb300"])
+def test_pareto_plot_per_stack(stack, tmp_path, capsys):
+    path = tmp_path / "pareto.png"
+    assert cli.main(["plan", stack, "--pareto", str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
+
+
+def test_mocker_profile_file_is_the_mockers_npz(tmp_path, capsys):
+    import numpy as np
+
+    path = tmp_path / "profile.npz"
+    assert cli.main(["plan", "gb300-disagg", "--mocker-profile", str(path)]) == 0
+    with np.load(path) as data:
+        # dynamo/mocker 1.6.1 utils/planner_profiler_perf_data_converter.py is_mocker_format_npz
+        assert {"prefill_isl", "prefill_ttft_ms", "decode_active_kv_tokens", "decode_context_length",
+                "decode_itl"} <= set(data.keys())
+        assert data["decode_itl"].shape == (len(data["decode_active_kv_tokens"]), len(data["decode_context_length"]))
