@@ -5,9 +5,10 @@ from pulumi.runtime import config as runtime_config
 from components.aws import GpuCluster, GpuClusterArgs, ModelStorage, ModelStorageArgs
 from components.cluster import Cluster, ClusterArgs
 from components.model_cache import ModelCache, ModelCacheArgs
+from components.monitoring import Monitoring, MonitoringArgs
 from components.platform import Addons, AddonsArgs
 from components.serving_graph import ServingGraph, ServingGraphArgs
-from kimi_k3 import aws, manifests, planner, platform_set
+from kimi_k3 import aws, manifests, monitoring, planner, platform_set
 from kimi_k3.addons import addon_specs
 from kimi_k3.config import parse_stack_config
 from kimi_k3.errors import UserError
@@ -80,7 +81,16 @@ else:
     operators = [platform.releases[k] for k in ("draDriver", "dynamoPlatform") if k in platform.releases]
     serving = ServingGraph("kimi-k3-serving", ServingGraphArgs(
         graph, platform_ready=[cluster.namespace, *operators],
-        workers_ready=[cache.download, *([eks.gpu_nodes] if eks else [])]), opts=k8s_only)
+        workers_ready=[cache.download, *([eks.gpu_nodes] if eks else [])],
+        preflight=cfg.serving.preflight, nodes_ready=[eks.gpu_nodes] if eks else []), opts=k8s_only)
+
+    # Monitors, alert rules and dashboards for every serving pod; kube-prometheus-stack unless the cluster has its own.
+    if cfg.monitoring.stack != "none":
+        monitoring_data, alert_thresholds = monitoring.settings(cfg)
+        addon_ns = {a.key: a.namespace for a in addons}
+        Monitoring("kimi-k3-monitoring", MonitoringArgs(
+            graph, cfg.monitoring.stack, monitoring_data, alert_thresholds, addon_ns["gpuOperator"],
+            addon_ns["draDriver"], wait_for=[cluster.namespace, *system_nodes]), opts=k8s_only)
 
     frontend = f"{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}"
     pulumi.export("namespace", graph.namespace)

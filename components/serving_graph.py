@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 import pulumi
 
 from kimi_k3 import manifests
+from kimi_k3.config import PreflightConfig
 from kimi_k3.graph import ServingGraph as Graph
 
 from .kubernetes import register
@@ -13,16 +14,22 @@ from .kubernetes import register
 
 class ServingGraphArgs:
     def __init__(self, graph: Graph, platform_ready: Sequence[pulumi.Resource],
-                 workers_ready: Sequence[pulumi.Resource]):
+                 workers_ready: Sequence[pulumi.Resource], preflight: Optional[PreflightConfig] = None,
+                 nodes_ready: Sequence[pulumi.Resource] = ()):
         """
         :param graph: roles, TP, nodes, flags and env of the selected recipe with stack overrides.
         :param platform_ready: what ComputeDomains and the graph need to be accepted (the namespace, the DRA
             driver and the Dynamo operator that serve their CRDs).
         :param workers_ready: what the graph's pods need besides (the verified weights, the GPU nodes).
+        :param preflight: `kimi-k3:serving.preflight`: the fabric check per multinode role (None or disabled: none).
+        :param nodes_ready: what the preflight needs besides the platform (the GPU nodes; not the weights, so the
+            check runs while they download).
         """
         self.graph = graph
         self.platform_ready = list(platform_ready)
         self.workers_ready = list(workers_ready)
+        self.preflight = preflight
+        self.nodes_ready = list(nodes_ready)
 
 
 class ServingGraph(pulumi.ComponentResource):
@@ -38,6 +45,22 @@ class ServingGraph(pulumi.ComponentResource):
                      pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
             for role in g.roles
         ]
+        checks = []
+        pf = args.preflight
+        multinode = [(r, d) for r, d in zip(g.roles, domains) if r.nodes_per_replica > 1]
+        if pf is not None and pf.enabled and multinode:
+            script = register(f"{name}-preflight-script", manifests.preflight_script_config_map(g),
+                              pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
+            for role, domain in multinode:
+                svc = register(f"{name}-{role.key}-preflight-service", manifests.preflight_service(g, role),
+                               pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
+                # A first-deploy gate: later changes must not re-run it (its pods would wait for GPUs the
+                # running graph holds), so its spec is never diffed; `pulumi up --replace URN` re-runs it.
+                checks.append(register(
+                    f"{name}-{role.key}-preflight", manifests.preflight_job(
+                        g, role, pf.min_bus_bandwidth_gbps, pf.timeout_seconds),
+                    pulumi.ResourceOptions(parent=self, ignore_changes=["spec"],
+                                           depends_on=[*args.platform_ready, *args.nodes_ready, domain, script, svc])))
         self.deployment = register(f"{name}-deployment", manifests.graph_deployment(g), pulumi.ResourceOptions(
-            parent=self, depends_on=args.platform_ready + args.workers_ready + domains))
+            parent=self, depends_on=args.platform_ready + args.workers_ready + domains + checks))
         self.register_outputs({"name": self.deployment.metadata["name"], "gpus": g.gpus, "nodes": g.nodes})

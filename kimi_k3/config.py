@@ -279,6 +279,23 @@ class FrontendOverride(Strict):
     env: dict[str, Optional[str]] = Field(default_factory=dict)
 
 
+class RolloutConfig(Strict):
+    """`kimi-k3:serving.rollout`: how an update rolls through the workers (docs/operating.md#rollouts)."""
+
+    surge: int = Field(0, ge=0, le=2, description="extra replicas of every worker role while a rollout is staged; "
+                       "Grove recreates one replica at a time (RollingRecreate, no maxSurge), so a role with one "
+                       "replica has no serving replica during its rollout unless surged")
+
+
+class PreflightConfig(Strict):
+    """`kimi-k3:serving.preflight`: the fabric check that runs on the GPU nodes before workers load weights."""
+
+    enabled: bool = True
+    min_bus_bandwidth_gbps: float = Field(300.0, alias="minBusBandwidthGBps", gt=0,
+                                          description="NCCL all-reduce bus bandwidth a TP group must reach (GB/s)")
+    timeout_seconds: int = Field(1800, alias="timeoutSeconds", ge=60)
+
+
 class ServingConfig(Strict):
     """`kimi-k3:serving`: the serving graph's knobs and overrides of the recipe."""
 
@@ -295,6 +312,24 @@ class ServingConfig(Strict):
                                           description="how long `pulumi up` waits for the weights download and check")
     frontend: FrontendOverride = Field(default_factory=FrontendOverride)
     roles: dict[str, RoleOverride] = Field(default_factory=dict)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    preflight: PreflightConfig = Field(default_factory=PreflightConfig)
+
+
+class AlertsConfig(Strict):
+    """`kimi-k3:monitoring.alerts`: thresholds of the alert rules (defaults in recipes/monitoring.yaml)."""
+
+    ttft_p95_seconds: Optional[float] = Field(None, alias="ttftP95Seconds", gt=0)
+    itl_p95_seconds: Optional[float] = Field(None, alias="itlP95Seconds", gt=0)
+    max_queued_requests: Optional[int] = Field(None, alias="maxQueuedRequests", ge=0)
+    max_kv_cache_usage_percent: Optional[float] = Field(None, alias="maxKvCacheUsagePercent", gt=0, le=100)
+
+
+class MonitoringConfig(Strict):
+    """`kimi-k3:monitoring`: install kube-prometheus-stack, use the cluster's own, or add nothing."""
+
+    stack: Literal["install", "existing", "none"] = "install"
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
 
 
 class PricingConfig(Strict):
@@ -315,6 +350,7 @@ class StackConfig(Strict):
     estimates: EstimatesConfig = Field(default_factory=EstimatesConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     serving: ServingConfig = Field(default_factory=ServingConfig)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     pricing: Optional[PricingConfig] = None
     hf_token_set: bool = Field(False, alias="hfToken")
     kubeconfig_set: bool = Field(False, alias="kubeconfig")

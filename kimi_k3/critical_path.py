@@ -80,6 +80,9 @@ def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
     if t == "kubernetes:helm.sh/v3:Release":
         key = HELM_KEYS.get(inputs.get("name", ""), "helm_gpu_operator")
         return est.of(key), key
+    if t == "kubernetes:batch/v1:Job" and ((((inputs.get("spec") or {}).get("template") or {}).get("metadata") or {})
+                                            .get("labels") or {}).get("app.kubernetes.io/component") == "fabric-preflight":
+        return est.of("fabric_preflight"), "fabric_preflight"
     if t == "kubernetes:batch/v1:Job":
         verify = est.of("verify_checkpoint")
         if downloads_from_hub(inputs):

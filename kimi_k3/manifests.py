@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from .graph import Role, ServingGraph
+from .monitoring import role_labels
 
 PART_OF = {"app.kubernetes.io/part-of": "kimi-k3"}
 NVLINK_GROUP_LABEL = "kimi-k3.io/nvlink-group"
@@ -154,8 +155,10 @@ def _frontend_component(graph: ServingGraph) -> Obj:
     resources = _resources(None, fe.cpu, fe.memory)
     if resources:
         container["resources"] = resources
+    # Labels our PodMonitors select on (kimi_k3/monitoring.py), not the operator's (#10596).
     component = {"name": fe.component, "type": "frontend", "replicas": fe.replicas,
-                 "podTemplate": {"spec": {"containers": [container]}}}
+                 "podTemplate": {"metadata": {"labels": role_labels("frontend")},
+                                 "spec": {"containers": [container]}}}
     if graph.runtime_version:
         component["runtimeVersionOverride"] = graph.runtime_version
     return component
@@ -180,7 +183,7 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
         # RDMA/NVLink memory registration needs locked memory; nothing more than that.
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}},
     }
-    pod_meta: Obj = {"labels": {NVLINK_GROUP_LABEL: role.nvlink_group}}
+    pod_meta: Obj = {"labels": {NVLINK_GROUP_LABEL: role.nvlink_group, **role_labels(role.key)}}
     if role.pod_annotations:
         pod_meta["annotations"] = dict(role.pod_annotations)
     component = {
@@ -222,4 +225,77 @@ def graph_deployment(graph: ServingGraph) -> Obj:
         }),
         "spec": {"backendFramework": "vllm",
                  "components": [_frontend_component(graph)] + [_worker_component(graph, r) for r in graph.roles]},
+    }
+
+
+# ------------------------------------------------------------------------------------------ fabric preflight
+PREFLIGHT_SCRIPT = Path(__file__).with_name("fabric_preflight.py")
+PREFLIGHT_LABEL = "kimi-k3.io/preflight"
+PREFLIGHT_PORT = 29500                    # torch.distributed rendezvous on the index-0 pod
+
+
+def preflight_name(graph: ServingGraph, role: Role) -> str:
+    return f"{graph.name}-{role.key}-preflight"
+
+
+def preflight_script_config_map(graph: ServingGraph) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(graph, f"{graph.name}-preflight-script"),
+            "data": {PREFLIGHT_SCRIPT.name: PREFLIGHT_SCRIPT.read_text()}}
+
+
+def preflight_service(graph: ServingGraph, role: Role) -> Obj:
+    """Headless Service: stable DNS for the index-0 pod (<job>-0.<service>) as rendezvous."""
+    name = preflight_name(graph, role)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(graph, name),
+            "spec": {"clusterIP": "None", "selector": {PREFLIGHT_LABEL: name},
+                     "ports": [{"name": "rendezvous", "port": PREFLIGHT_PORT}]}}
+
+
+def preflight_job(graph: ServingGraph, role: Role, min_bus_bandwidth_gbps: float, timeout_seconds: int) -> Obj:
+    """One pod per node of one TP group of `role`, placed as the role's workers are (same GPUs, same clique
+    pinning, same ComputeDomain channel), running kimi_k3/fabric_preflight.py. The graph waits for it."""
+    name = preflight_name(graph, role)
+    gpu_affinity = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": [graph.platform.gpu_product_label]}]}]}
+    same_clique = [{"labelSelector": {"matchLabels": {PREFLIGHT_LABEL: name}}, "topologyKey": CLIQUE_KEY}]
+    env = _env([("NNODES", str(role.nodes_per_replica)), ("GPUS_PER_NODE", str(role.gpus_per_node)),
+                ("MASTER_ADDR", f"{name}-0.{name}"), ("MASTER_PORT", str(PREFLIGHT_PORT)),
+                ("MIN_BUS_BANDWIDTH_GBPS", f"{min_bus_bandwidth_gbps:g}"),
+                ("COMPUTE_DOMAIN", compute_domain_name(graph, role))])
+    env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    container = {
+        "name": "preflight", "image": graph.image, "command": ["python3", f"/scripts/{PREFLIGHT_SCRIPT.name}"],
+        "env": env, "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {**_resources(role.gpus_per_node, None, None, role.efa_devices),
+                      "claims": [{"name": CHANNEL_CLAIM}]},
+        "volumeMounts": [{"name": "scripts", "mountPath": "/scripts", "readOnly": True},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": _meta(graph, name, annotations={"pulumi.com/waitFor": "condition=Complete",
+                                                    "pulumi.com/timeoutSeconds": str(timeout_seconds)}),
+        "spec": {
+            "completionMode": "Indexed", "completions": role.nodes_per_replica,
+            "parallelism": role.nodes_per_replica, "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {**PART_OF, PREFLIGHT_LABEL: name,
+                                        "app.kubernetes.io/component": "fabric-preflight"}},
+                "spec": {
+                    "restartPolicy": "Never", "subdomain": name,
+                    "hostPID": True,  # to see a host-started nvidia-imex (step 1); no privilege beyond that
+                    "affinity": {
+                        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": gpu_affinity},
+                        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": same_clique},
+                    },
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "resourceClaims": [{"name": CHANNEL_CLAIM,
+                                        "resourceClaimTemplateName": channel_template_name(graph, role)}],
+                    "containers": [container],
+                    "volumes": [{"name": "scripts", "configMap": {"name": f"{graph.name}-preflight-script"}},
+                                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}],
+                },
+            },
+        },
     }
