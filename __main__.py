@@ -85,11 +85,11 @@ else:
         preflight=cfg.serving.preflight, nodes_ready=[eks.gpu_nodes] if eks else []), opts=k8s_only)
 
     # Monitors, alert rules and dashboards for every serving pod; kube-prometheus-stack unless the cluster has its own.
-    if cfg.monitoring.stack != "none":
+    if monitoring.stack_mode(cfg) != "none":
         monitoring_data, alert_thresholds = monitoring.settings(cfg)
         addon_ns = {a.key: a.namespace for a in addons}
         Monitoring("kimi-k3-monitoring", MonitoringArgs(
-            graph, cfg.monitoring.stack, monitoring_data, alert_thresholds, addon_ns["gpuOperator"],
+            graph, monitoring.stack_mode(cfg), monitoring_data, alert_thresholds, addon_ns["gpuOperator"],
             addon_ns["draDriver"], wait_for=[cluster.namespace, *system_nodes]), opts=k8s_only)
 
     frontend = f"{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}"

@@ -328,7 +328,9 @@ class AlertsConfig(Strict):
 class MonitoringConfig(Strict):
     """`kimi-k3:monitoring`: install kube-prometheus-stack, use the cluster's own, or add nothing."""
 
-    stack: Literal["install", "existing", "none"] = "install"
+    stack: Optional[Literal["install", "existing", "none"]] = Field(
+        None, description="default: install, except on an existing cluster, whose add-ons (monitoring too) are assumed "
+        "present")
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
 
 

@@ -344,8 +344,13 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         raise ConfigError(f"kimi-k3:serving.roles.{unknown[0]}: no such role in recipe {cfg.recipe}; "
                           f"allowed: {', '.join(sorted(recipe.roles))}")
     image, runtime_version = _resolve_image(recipe, cfg)
-    replicas = _replicas(recipe, cfg)
+    # A staged rollout (docs/operating.md#rollouts) adds replicas to every worker role; the node group follows.
+    replicas = {key: n + cfg.serving.rollout.surge for key, n in _replicas(recipe, cfg).items()}
     model_path = f"{cfg.model.cache_mount_path.rstrip('/')}/{cfg.model.repo}"
+    prestaged = cfg.storage.resolved_kind == "fsx-lustre" and bool(cfg.storage.fsx.s3_import_path)
+    if cfg.model.revision != "main" and not prestaged:
+        # Each pinned revision downloads into its own directory, beside the one the graph is serving from.
+        model_path += f"@{cfg.model.revision}"
     base_env = {
         "MODEL_PATH": model_path,
         "SERVED_MODEL_NAME": cfg.model.served_model_name,

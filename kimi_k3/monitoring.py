@@ -150,6 +150,11 @@ def dashboard_config_map(graph: ServingGraph, name: str, dashboard: Obj) -> Obj:
             "data": {f"{name}.json": json.dumps(dashboard, indent=1, sort_keys=True)}}
 
 
+def stack_mode(cfg: Any) -> str:
+    """install | existing | none: kimi-k3:monitoring.stack, by default install except on an existing cluster."""
+    return cfg.monitoring.stack or ("existing" if cfg.cluster.mode == "existing" else "install")
+
+
 def settings(cfg: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(recipes/monitoring.yaml, alert thresholds with the stack's kimi-k3:monitoring.alerts over the defaults)."""
     from .data import recipe_file

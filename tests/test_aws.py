@@ -120,10 +120,10 @@ def test_s3_import_path_adds_a_data_repository_association():
     assert dra["inputs"]["fileSystemPath"] == "/moonshotai/Kimi-K3"
     assert dra["retainOnDelete"] and dra["protect"], "kept with the filesystem: one association per path"
     # Pre-staged weights import without Hugging Face: the Job only verifies them, it downloads nothing.
-    job = one(r, "kubernetes:batch/v1:Job")["inputs"]["spec"]["template"]["spec"]
+    job = one(r, "kubernetes:batch/v1:Job", "-model-cache-download")["inputs"]["spec"]["template"]["spec"]
     assert "hf download" not in job["initContainers"][0]["args"][0]
     assert job["containers"][0]["command"][-1].endswith("verify_checkpoint.py")
-    assert dra["urn"] in one(r, "kubernetes:batch/v1:Job")["dependsOn"] or any(
+    assert dra["urn"] in one(r, "kubernetes:batch/v1:Job", "-model-cache-download")["dependsOn"] or any(
         dra["urn"] in x["dependsOn"] for x in r.resources if x["type"].endswith(":Job"))
 
 
@@ -224,7 +224,7 @@ def test_dependency_order(stack, rendered):
         return seen
 
     gpu_nodes = one(r, "aws:eks/nodeGroup:NodeGroup", "-gpu-nodes")["urn"]
-    job = one(r, "kubernetes:batch/v1:Job")["urn"]
+    job = one(r, "kubernetes:batch/v1:Job", "-model-cache-download")["urn"]
     down = ancestors(job)
     assert gpu_nodes not in down, "the download overlaps GPU provisioning"
     assert one(r, "aws:fsx/lustreFileSystem:LustreFileSystem")["urn"] in down

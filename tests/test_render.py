@@ -136,8 +136,8 @@ def test_tp_groups_pinned_to_one_nvlink_clique(stack, rendered):
         assert selector.items() <= pod["metadata"]["labels"].items(), "the pod must match its own affinity"
 
 
-def _resource(r, type_suffix):
-    (res,) = [x for x in r.resources if x["type"].endswith(type_suffix)]
+def _resource(r, type_suffix, name_suffix=""):
+    (res,) = [x for x in r.resources if x["type"].endswith(type_suffix) and x["name"].endswith(name_suffix)]
     return res
 
 
@@ -157,7 +157,7 @@ def test_model_cache_is_retained_not_protected(stack, rendered):
 @pytest.mark.parametrize("stack", STACKS)
 def test_download_verified_before_workers_start(stack, rendered):
     r = rendered[stack]
-    job = _resource(r, ":Job")
+    job = _resource(r, ":Job", "-model-cache-download")
     dgd = _resource(r, ":DynamoGraphDeployment")
     assert job["urn"] in dgd["dependsOn"]
     for cd in [x for x in r.resources if x["type"].endswith(":ComputeDomain")]:
@@ -234,7 +234,7 @@ def test_components_follow_pulumi_conventions(stack, rendered):
     # eks mode (the stacks' default since the AWS issue) adds the cluster, the storage and the add-ons.
     assert {r["type"] for r in components.values()} == {
         "kimi-k3:cluster:Cluster", "kimi-k3:model:ModelCache", "kimi-k3:serving:ServingGraph",
-        "kimi-k3:aws:GpuCluster", "kimi-k3:aws:ModelStorage", "kimi-k3:platform:Addons"}
+        "kimi-k3:aws:GpuCluster", "kimi-k3:aws:ModelStorage", "kimi-k3:platform:Addons", "kimi-k3:monitoring:Monitoring"}
     for r in resources:
         if r["type"].startswith(("kubernetes:", "aws:")):
             parent = components[r["parent"]]

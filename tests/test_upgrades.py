@@ -74,3 +74,41 @@ def test_namespace_change_would_replace_graph_and_is_blocked_on_the_cache(bases)
     from policies.rules.upgrades import run_transition_rules
     _, violations = run_transition_rules(base.resources, head.resources)
     assert "PersistentVolumeClaim" in " ".join(v.target for v in violations if v.rule == "model-cache-kept")
+
+
+REV_A = "0123456789abcdef0123456789abcdef01234567"
+REV_B = "fedcba9876543210fedcba9876543210fedcba98"
+
+
+def _model_path(r):
+    dgd = next(x for x in r.resources if x["type"] == DGD)["inputs"]
+    env = next(c for c in dgd["spec"]["components"] if c["type"] != "frontend")["podTemplate"]["spec"]["containers"][0]["env"]
+    return next(e["value"] for e in env if e["name"] == "MODEL_PATH")
+
+
+def test_model_upgrade_downloads_beside_switches_after_verify_and_reverts():
+    a = render_with("gb300-disagg", model={"revision": REV_A})
+    b = render_with("gb300-disagg", model={"revision": REV_B})
+    assert _model_path(a).endswith(f"/moonshotai/Kimi-K3@{REV_A}") and _model_path(b).endswith(f"@{REV_B}")
+    out = {c.name: c for c in R.classify(a.resources, b.resources)}
+    job = out["kimi-k3-model-cache-download"]
+    assert job.action == R.REPLACE and job.delete_before_replace, "a new Job downloads and verifies the new revision"
+    assert out["kimi-k3-serving-deployment"].action == R.UPDATE, "the graph is patched to the new path"
+    dgd = next(x for x in b.resources if x["type"] == DGD)
+    job_urn = next(x["urn"] for x in b.resources if x["name"] == "kimi-k3-model-cache-download")
+    assert job_urn in dgd["dependsOn"], "...only after the Job completed (verified every shard)"
+    assert not any(c.action in (R.REPLACE, R.DELETE) and c.type in CACHE_TYPES for c in out.values())
+    # rollback is a config revert: back to the first revision's directory, again in place
+    back = {c.name: c for c in R.classify(b.resources, a.resources)}
+    assert back["kimi-k3-serving-deployment"].action == R.UPDATE and _model_path(a) != _model_path(b)
+
+
+def test_surge_that_does_not_fit_the_capacity_block_is_refused_before_anything_is_registered():
+    from kimi_k3.commands.render import RenderError
+    with pytest.raises(RenderError) as err:
+        render_with("gb200-disagg", serving={"rollout": {"surge": 2}})
+    assert "ultraServerNodes = 18" in str(err.value) and "needs 24 GPU nodes" in str(err.value)
+    assert err.value.registered == []
+    surged = render_with("gb300-disagg", serving={"rollout": {"surge": 1}})
+    out = {c.type: c for c in R.classify(render_stack("gb300-disagg", ROOT).resources, surged.resources)}
+    assert out[DGD].action == R.UPDATE

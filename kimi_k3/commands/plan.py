@@ -175,6 +175,19 @@ def stack_plan(name: str) -> planner.StackPlan:
     return _from_graph(args)[0]
 
 
+def _rollout(stack_name: str):
+    """What a rollout needs (kimi_k3/rollout.py): gaps, surge nodes vs the Capacity Block, duration."""
+    from kimi_k3 import critical_path, rollout
+    from kimi_k3.stacks import load_stack
+
+    cfg, graph = load_stack(stack_name)
+    reservation = None
+    if cfg.cluster.mode == "eks":
+        reservation = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes).max_nodes
+    est = critical_path.estimates(cfg, graph)
+    return rollout.plan(graph, cfg.serving.rollout.surge, reservation, est.load_seconds + est.of("worker_warmup"))
+
+
 def render_table(stack: planner.StackPlan, title: str) -> str:
     rows: list[tuple[str, ...]] = []
     for r in stack.roles:
@@ -271,6 +284,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, KeyError, StackError) as e:
         print(f"kimi-k3 plan: {e}", file=sys.stderr)
         return 2
+    rollout = _rollout(args.stack) if args.stack else None
     est, perf_error = plan_perf.performance(stack, workload)
     if est is not None and args.output_tokens_per_second is None:  # $/Mtok from the calibrated model
         stack = replace(stack, output_tokens_per_second=round(est.stack_tokens_per_second(), 2))
@@ -279,6 +293,11 @@ def run(args: argparse.Namespace) -> int:
         for name, keys in plan_perf.role_json(stack, est).items():
             out["roles"][name].update(keys)
         out["performance"] = plan_perf.to_json(stack, est, perf_error, workload)
+        if rollout is not None:
+            out["rollout"] = {"surge": rollout.surge, "graph_nodes": rollout.graph_nodes,
+                              "surge_nodes": rollout.surge_nodes, "reservation_nodes": rollout.reservation_nodes,
+                              "surge_fits": rollout.surge_fits, "rollout_seconds": round(rollout.rollout_seconds),
+                              "roles_with_gap": [r.role for r in rollout.roles if r.gap]}
         print(json.dumps(out, indent=2))
     else:
         print(render_table(stack, title))
@@ -287,6 +306,8 @@ def run(args: argparse.Namespace) -> int:
         rows += plan_perf.stack_rows(stack, est, perf_error, workload)
         width = max(len(k) for k, _ in rows)
         print("\n".join(f"{k.ljust(width)}  {v}".rstrip() for k, v in rows))
+        if rollout is not None:
+            print("\n".join(rollout.lines()))
     if args.plot:
         try:
             plot(stack, args.plot)
