@@ -313,7 +313,7 @@ def _kv_over_efa(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
 GRAPH_NAME = "kimi-k3"
 
 
-def _dcp(key: str, role_type: str, tp: int, over, flags: dict[str, FlagValue]) -> int:
+def _dcp(key: str, role_type: str, tp: int, over, flags: dict[str, FlagValue], image: str) -> int:
     """The role's decode context parallel size, refused where vLLM refuses it (recipes/dcp.yaml)."""
     dcp = over.dcp if over and over.dcp is not None else 1
     if dcp == 1:
@@ -325,10 +325,14 @@ def _dcp(key: str, role_type: str, tp: int, over, flags: dict[str, FlagValue]) -
                           f"({', '.join(facts['roles'])}); {key} is a {role_type} role")
     if tp % dcp:
         raise ConfigError(f"{where}: must divide the role's tp {tp} (vLLM splits the TP group into DCP groups)")
-    if "--speculative-config" in flags and flags["--speculative-config"] not in (None, False) \
-            and facts["speculative_decoding_supported_from"] is None:
-        raise ConfigError(f"{where}: vLLM does not run Kimi K3 speculative decoding with decode context parallelism "
-                          "(vllm-project/vllm#53673, #50391); drop --speculative-config or set dcp: 1")
+    if flags.get("--speculative-config") not in (None, False):
+        if not facts["speculative_with_dcp_by_image"].get(image, False):
+            raise ConfigError(f"{where}: the vLLM in {image} does not run Kimi K3 speculative decoding with decode "
+                              "context parallelism (recipes/dcp.yaml: ai-dynamo/dynamo#12843, vllm-project/vllm#53673); "
+                              "drop --speculative-config or set dcp: 1")
+        if str(flags.get(facts["interleave_flag"], "1")) != "1":
+            raise ConfigError(f"{where}: vLLM refuses speculative decoding with {facts['interleave_flag']} > 1 "
+                              "(vllm/v1/worker/cp_utils.py); leave it at 1")
     return dcp
 
 
@@ -375,7 +379,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             '{"publisher":"zmq","topic":"kv-events","endpoint":"tcp://*:%d","enable_kv_cache_events":true}'
             % recipe.kv_events_port)} if rr.publishes_kv_events else {}
         flags = merge(merge(merge(merge(typed, recipe.worker.args), rr.args), events), extra)
-        dcp = _dcp(key, rr.type, tp, over, flags)
+        dcp = _dcp(key, rr.type, tp, over, flags, image)
         if dcp > 1:
             flags = merge(flags, {"--decode-context-parallel-size": dcp})
         if efa:

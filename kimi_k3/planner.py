@@ -416,9 +416,6 @@ def _validate(m: ModelFacts, platforms: dict[str, Platform], gpu: str, tp: int, 
         raise ValueError(f"kv_cache_dtype must be one of {', '.join(sorted(m.kv_dtype_bytes))}")
     if spec_tokens < 0:
         raise ValueError("spec_tokens must be >= 0")
-    if dcp > 1 and spec_tokens > 0:  # recipes/dcp.yaml: vLLM runs no Kimi K3 drafter under DCP
-        raise ValueError(f"dcp {dcp} with {spec_tokens} speculative tokens: vLLM does not run Kimi K3 speculative "
-                         "decoding with decode context parallelism (vllm-project/vllm#53673); use one or the other")
 
 
 def plan_role(gpu: str, tp: int, *, dcp: int = 1, gpu_memory_utilization: float = 0.9,

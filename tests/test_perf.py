@@ -207,11 +207,6 @@ def test_dcp8_capacity_against_vllm_kimi_k3_dcp_pr():
     assert dcp8.single_request_tokens == pytest.approx(19.752e6, rel=0.01)
 
 
-def test_dcp_with_speculative_tokens_is_refused_like_vllm():
-    with pytest.raises(ValueError, match="speculative"):
-        planner.plan_role("gb300", 8, dcp=8, spec_tokens=3)
-
-
 def _graph(overrides: dict, recipe: str = "gb300"):
     """The serving graph of stack `recipe` with `overrides` merged into its kimi-k3:* config (as `plan` reads it)."""
     from kimi_k3.config import parse_stack_config
@@ -243,12 +238,34 @@ def test_dcp_bad_values_are_refused(role, value, message):
         _graph({"kimi-k3:serving": {"roles": {role: {"dcp": value}}}})
 
 
+def test_dcp_speculation_and_interleave_refused_whatever_the_image(monkeypatch):
+    from kimi_k3 import graph
+
+    real = graph.recipe_file
+
+    def allow_all(name):  # an image that does run DSpark under DCP (none is listed yet)
+        data = real(name)
+        if name == "dcp.yaml":
+            data["speculative_with_dcp_by_image"] = {k: True for k in data["speculative_with_dcp_by_image"]}
+        return data
+
+    monkeypatch.setattr(graph, "recipe_file", allow_all)
+    spec = {"--speculative-config": '{"method":"dspark"}'}
+    _graph({"kimi-k3:serving": {"roles": {"decode": {"dcp": 8, "extraArgs": spec}}}})
+    with pytest.raises(ConfigError, match="--cp-kv-cache-interleave-size > 1"):
+        _graph({"kimi-k3:serving": {"roles": {"decode": {"dcp": 8, "extraArgs": {
+            **spec, "--cp-kv-cache-interleave-size": "16"}}}}})
+
+
 def test_dcp_on_prefill_and_with_speculation_refused():
     with pytest.raises(ConfigError, match="only applies to roles that decode"):
         _graph({"kimi-k3:serving": {"roles": {"prefill": {"dcp": 8}}}}, "gb300-disagg")
     spec = {"--speculative-config": '{"method":"dspark","num_speculative_tokens":8}'}
-    with pytest.raises(ConfigError, match="speculative decoding"):
+    # Our image's vLLM cannot run Kimi K3 DSpark (ai-dynamo/dynamo#12843), let alone under DCP.
+    with pytest.raises(ConfigError, match="does not run Kimi K3 speculative decoding"):
         _graph({"kimi-k3:serving": {"roles": {"decode": {"dcp": 8, "extraArgs": spec}}}})
+    # The same flags without DCP are the user's business; with dcp 1 nothing is refused.
+    _graph({"kimi-k3:serving": {"roles": {"decode": {"extraArgs": spec}}}})
     with pytest.raises(ConfigError, match="derived by the graph"):
         _graph({"kimi-k3:serving": {"roles": {"decode": {"extraArgs": {"--decode-context-parallel-size": "8"}}}}})
 
