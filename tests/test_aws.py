@@ -617,3 +617,17 @@ def test_existing_cluster_destroy_passes_and_keeps_the_cache_claim():
     assert retained == ["Namespace", "PersistentVolumeClaim"]
     (provider,) = [x for x in r.resources if x["type"] == "pulumi:providers:kubernetes"]
     assert provider["inputs"]["upsertExistingObjects"] == "true"
+
+
+def test_aws_least_privilege_rule_in_check_and_the_pack_sees_the_old_forms(rendered):
+    """`kimi-k3 check` (and the policy pack, which gets the same props) reports each opened default, advisory."""
+    from policies import rules
+    from kimi_k3.commands.check import resource_infos
+    res = rendered["gb300"].resources
+    violations, _ = rules.run_all(rendered["gb300"].objects, resource_infos(res))
+    assert not [v for v in violations if v.rule == "aws-least-privilege"]
+    opened = render_with("gb300", cluster=eks_cluster("gb300", publicAccessCidrs=["0.0.0.0/0"],
+                                                       allowPublicEndpointFromAnywhere=True, gpuNodes={"imdsHopLimit": 2}))
+    violations, _ = rules.run_all(opened.objects, resource_infos(opened.resources))
+    found = sorted((v.target.split("/")[0], v.level) for v in violations if v.rule == "aws-least-privilege")
+    assert found == [("aws:ec2", "advisory"), ("aws:eks", "advisory")], found

@@ -152,7 +152,10 @@ MUTATIONS = {
 
 
 def test_every_rule_has_a_failing_case():
-    assert sorted(MUTATIONS) == sorted(r.name for r in rules.RULES if r.name != "model-cache-retained")
+    # The two resource-option/AWS rules have their own cases (model-cache-retained below; aws-least-privilege in
+    # test_aws.py, against the rendered stacks and their old forms).
+    assert sorted(MUTATIONS) == sorted(r.name for r in rules.RULES
+                                       if r.name not in ("model-cache-retained", "aws-least-privilege"))
 
 
 @pytest.mark.parametrize("rule", sorted(MUTATIONS))

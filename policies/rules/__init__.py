@@ -23,6 +23,7 @@ from policies.rules.topology import gpu_nodes, check_gpu_totals_match_recipe, ch
 from policies.rules.model_path import check_env_refs_provable, check_env_refs_resolve, check_model_cache_read_only, check_model_path_under_cache_mount, check_roles_agree_on_model
 from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_efa_uses_libfabric, check_frontend_block_size_matches_workers, check_kv_router_has_kv_events, check_no_removed_flags, check_ucx_settings_consistent
 from policies.rules.upgrades import TRANSITION_RULES, TransitionRule, check_graph_named_stably, run_transition_rules
+from policies.rules.access import check_aws_least_privilege
 from policies.rules.safety import check_hf_token_from_secret, check_images_pinned, check_model_cache_retained, check_runtime_version_declared, check_serving_containers_unprivileged, check_startup_budget_covers_load
 
 
@@ -84,6 +85,9 @@ RULES: tuple[Rule, ...] = (
                                                  "description": "Seconds a worker needs to load and warm up"}}),
     _rule("graph-named-stably", "This program's DynamoGraphDeployment keeps one name whatever the recipe.",
           check_graph_named_stably),
+    _rule("aws-least-privilege", "GPU nodes keep pods off the node role (IMDS hop limit 1), the VPC CNI and CSI "
+          "drivers have their own roles, and the EKS API is not open to the whole internet.",
+          check_aws_least_privilege, level=ADVISORY, scope="stack"),
     _rule("model-cache-retained", "The model-cache PVC and filesystem are retainOnDelete (never deleted by "
           "Pulumi); the PVC is not protect, so teardown passes.",
           check_model_cache_retained, scope="stack"),

@@ -74,6 +74,7 @@ class ResourceInfo:
     protect: bool
     retain_on_delete: Optional[bool]
     gpu_pool_nodes: Optional[int] = None  # max size of an EKS node group running the NVIDIA AMI
+    aws_inputs: Optional[Mapping[str, Any]] = field(default=None, hash=False, compare=False)  # aws:* resources only
 
 
 @dataclass(frozen=True)
@@ -300,4 +301,5 @@ def resource_info(type_token: str, name: str, props: Mapping[str, Any], protect:
     if type_token == "aws:eks/nodeGroup:NodeGroup" and "NVIDIA" in str(props.get("amiType", "")):
         pool = (props.get("scalingConfig") or {}).get("maxSize")
     return ResourceInfo(type_token, name, target_of(obj) if obj else None, protect, retain_on_delete,
-                        int(pool) if pool is not None else None)
+                        int(pool) if pool is not None else None,
+                        dict(props) if type_token.startswith("aws:") else None)
