@@ -64,3 +64,32 @@ def plan(graph: ServingGraph, surge: int, reservation_nodes: Optional[int], repl
                        surge_nodes=sum(r.surge_nodes for r in roles), reservation_nodes=reservation_nodes,
                        replica_seconds=replica_seconds,
                        rollout_seconds=replica_seconds * sum(r.replicas for r in roles))
+
+
+@dataclass(frozen=True)
+class ScalingBounds:
+    """Replica bounds an autoscaler (Dynamo's planner through a DynamoGraphDeploymentScalingAdapter, or KEDA)
+    must respect: at least one TP group per role, and never more nodes than the Capacity Block / UltraServer."""
+    min_replicas: dict[str, int]
+    max_replicas: dict[str, int]      # each role alone growing, the others at their minimum
+    max_gpus: Optional[int]           # the planner's --max-gpu-budget: the reservation's GPUs
+    scale_up_seconds: float           # a new replica serves only after loading the weights
+
+    def lines(self) -> list[str]:
+        out = [f"autoscaling {k}: {self.min_replicas[k]}..{self.max_replicas[k]} replicas" for k in self.min_replicas]
+        if self.max_gpus is not None:
+            out.append(f"autoscaling GPU budget: {self.max_gpus} (the reservation); a scale-up serves after "
+                       f"~{self.scale_up_seconds / 60:.0f} min, so none may start later than that before the block ends")
+        return out
+
+
+def scaling_bounds(graph: ServingGraph, reservation_nodes: Optional[int], gpus_per_node: int,
+                   replica_seconds: float) -> ScalingBounds:
+    minimum = {r.key: 1 for r in graph.roles}
+    if reservation_nodes is None:
+        maximum = {r.key: r.replicas for r in graph.roles}
+    else:
+        floor = sum(r.nodes_per_replica for r in graph.roles)  # every role at one replica
+        maximum = {r.key: 1 + (reservation_nodes - floor) // r.nodes_per_replica for r in graph.roles}
+    budget = None if reservation_nodes is None else reservation_nodes * gpus_per_node
+    return ScalingBounds(minimum, maximum, budget, replica_seconds)

@@ -296,3 +296,17 @@ def test_state_defaults_of_bridged_providers_are_not_removals():
     assert one([deployed], [aws(fsx, storageCapacity=4800)]).action == R.SAME
     del deployed["fromState"]  # two renders: a key that disappears is a real removal (ForceNew here)
     assert one([deployed], [aws(fsx, storageCapacity=4800)]).action == R.REPLACE
+
+
+def test_diff_reports_a_replaced_graph_as_a_new_violation():
+    """`kimi-k3 diff` (the PR comment) carries the upgrade rules, offline, for what the pack cannot see."""
+    from kimi_k3.commands import diff
+
+    def render(*records):
+        return diff.Render({r["urn"]: r for r in records}, {}, [], [])
+    report = diff.diff_stack("s", render(provider(), graph()), render(provider(), graph(name="kimi-k3-gb300")),
+                             {"base": None, "head": None})
+    assert [v["rule"] for v in report["policy"]["new"]] == ["graph-updated-in-place"]
+    same = diff.diff_stack("s", render(provider(), graph()), render(provider(), graph(replicas=3)),
+                           {"base": None, "head": None})
+    assert same["policy"]["new"] == []

@@ -33,3 +33,13 @@ def test_surge_config_adds_a_replica_to_every_worker_role():
     assert surged.nodes == graph.nodes + 4
     p = rollout.plan(surged, 1, 18, 1500)
     assert not any(r.gap for r in p.roles)
+
+
+def test_autoscaling_bounds_respect_the_capacity_block():
+    cfg, graph = load_stack("gb300-disagg", ROOT)
+    b = rollout.scaling_bounds(graph, 18, 4, 1500)
+    # 18 nodes, every role at one 2-node replica (4 nodes): either role may grow to 1 + 14 // 2 = 8
+    assert b.min_replicas == {"prefill": 1, "decode": 1} and b.max_replicas == {"prefill": 8, "decode": 8}
+    assert b.max_gpus == 72
+    cfg, graph = load_stack("gb200-disagg", ROOT)
+    assert rollout.scaling_bounds(graph, 18, 4, 1500).max_replicas == {"prefill": 3, "decode": 3}

@@ -260,7 +260,9 @@ def diff_stack(stack: str, base: Optional[Render], head: Optional[Render],
     h_v = set(head.violations) if head else set()
     b_s = set(base.not_evaluated) if base else set()
     h_s = set(head.not_evaluated) if head else set()
-    out["policy"] = {"new": [_violation(v) for v in sorted(h_v - b_v)],
+    # Upgrade rules read the change itself (policies/rules/upgrades.py): a replaced graph or cache is new by nature.
+    upgrade = rules.run_transition_rules(list(b_res.values()), list(h_res.values()))[1] if base and head else []
+    out["policy"] = {"new": [_violation(v) for v in upgrade + sorted(h_v - b_v)],
                      "resolved": [_violation(v) for v in sorted(b_v - h_v)],
                      "unchanged": [_violation(v) for v in sorted(b_v & h_v)],
                      "newly_not_evaluated": [dataclasses.asdict(s) for s in sorted(h_s - b_s)],

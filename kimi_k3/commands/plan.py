@@ -175,6 +175,18 @@ def stack_plan(name: str) -> planner.StackPlan:
     return _from_graph(args)[0]
 
 
+def _bounds(stack_name: str):
+    """Replica bounds for an autoscaler, from the Capacity Block (kimi_k3/rollout.py)."""
+    from kimi_k3 import critical_path, rollout
+    from kimi_k3.stacks import load_stack
+
+    cfg, graph = load_stack(stack_name)
+    reservation = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes).max_nodes if cfg.cluster.mode == "eks" else None
+    est = critical_path.estimates(cfg, graph)
+    return rollout.scaling_bounds(graph, reservation, graph.platform.gpus_per_node,
+                                  est.load_seconds + est.of("worker_warmup"))
+
+
 def _rollout(stack_name: str):
     """What a rollout needs (kimi_k3/rollout.py): gaps, surge nodes vs the Capacity Block, duration."""
     from kimi_k3 import critical_path, rollout
@@ -307,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         width = max(len(k) for k, _ in rows)
         print("\n".join(f"{k.ljust(width)}  {v}".rstrip() for k, v in rows))
         if rollout is not None:
-            print("\n".join(rollout.lines()))
+            print("\n".join(rollout.lines() + _bounds(args.stack).lines()))
     if args.plot:
         try:
             plot(stack, args.plot)
