@@ -50,9 +50,12 @@ if parked:
     pulumi.export("parked", True)
     if storage_kind != "existing":
         kept = ModelStorage("kimi-k3-storage", ModelStorageArgs(
-            cfg.storage, None, eks.vpc.id, cfg.cluster.vpc_cidr, eks.gpu_subnet_id, [], graph.namespace,
-            manifests.NAMES["pvc"], "/" + cfg.model.repo, aws.pv_size_gi(cfg, cache_gi), parked=True), provider=None)
+            cfg.storage, None, eks.vpc.id, cfg.cluster.vpc_cidr, eks.private_subnet_ids[aws.storage_zone(cfg)], [],
+            graph.namespace, manifests.NAMES["pvc"], "/" + cfg.model.repo, aws.pv_size_gi(cfg, cache_gi),
+            parked=True), provider=None)
         pulumi.export("filesystemId", kept.filesystem_id)
+        if kept.bucket_name is not None:
+            pulumi.export("weightsBucket", kept.bucket_name)
 else:
     cluster = Cluster("kimi-k3-cluster", ClusterArgs(
         cfg.cluster, graph, eks.kubeconfig if eks else settings.get_secret("kubeconfig")))
@@ -61,28 +64,38 @@ else:
     # Controllers and the download Job run on the system nodes; nothing here waits for the GPU node group.
     system_nodes = [eks.system_nodes] if eks else []
 
-    # Storage: a protected filesystem + static PV (eks), or an existing ReadWriteMany class.
+    # Storage: a protected bucket or filesystem + static PV (eks), or an existing ReadWriteMany class.
+    # Storage kind s3: a retained bucket that EC2 fetchers fill from the Hub from t=0, independent of the cluster.
+    # Filesystems live in the GPU zone unless it is a Local Zone (no FSx/EFS there): then in the Region, across the link.
     storage_class, storage_ready, storage = cfg.storage.storage_class, [], None
     if eks and storage_kind != "existing":
         storage = ModelStorage("kimi-k3-storage", ModelStorageArgs(
-            cfg.storage, eks.cluster.name, eks.vpc.id, cfg.cluster.vpc_cidr, eks.gpu_subnet_id, eks.system_subnet_ids,
+            cfg.storage, eks.cluster.name, eks.vpc.id, cfg.cluster.vpc_cidr,
+            eks.private_subnet_ids[aws.storage_zone(cfg)], eks.system_subnet_ids,
             graph.namespace, manifests.NAMES["pvc"], "/" + cfg.model.repo, aws.pv_size_gi(cfg, cache_gi),
-            wait_for=system_nodes, oidc=eks.oidc), provider=cluster.provider)
+            wait_for=system_nodes, region=cfg.cluster.region, efs_mount_options=aws.efs_mount_options(cfg),
+            hf_token=settings.require_secret("hfToken"), model_repo=cfg.model.repo, model_revision=cfg.model.revision,
+            hub_version=cfg.model.hub_version, fetcher_subnet_id=eks.system_subnet_ids[0], egress_ready=eks.egress_ready,
+            oidc=eks.oidc, compile_cache=graph.compile_cache,
+            namespace=cluster.namespace), provider=cluster.provider)
         storage_class, storage_ready = storage.storage_class, storage.ready
     platform = Addons("kimi-k3-platform", AddonsArgs(addons, wait_for=system_nodes), opts=k8s_only)
     cache = ModelCache("kimi-k3-model-cache", ModelCacheArgs(
         graph, settings.require_secret("hfToken"), storage_class, cache_gi,
         cfg.model.download_image, cfg.model.hub_version,
-        fetch_from_hub=not (storage and storage_kind == "fsx-lustre" and cfg.storage.fsx.s3_import_path),
+        fetch_from_hub=not (storage and (storage_kind == "s3" or (storage_kind == "fsx-lustre" and cfg.storage.fsx.s3_import_path))),
         wait_for=[cluster.namespace, *storage_ready, *system_nodes],
-        node_selector=aws.SYSTEM_LABELS if eks else None), opts=k8s_only)
+        node_selector=aws.SYSTEM_LABELS if eks else None,
+        wait_seconds=cfg.serving.download_timeout_seconds if storage and storage_kind == "s3" else 0), opts=k8s_only)
     # ComputeDomains and the graph need the DRA driver (ComputeDomain CRD, channel templates) and the Dynamo
     # operator (DGD CRD, webhooks); the graph's pods also need the GPU nodes.
     operators = [platform.releases[k] for k in ("draDriver", "dynamoPlatform") if k in platform.releases]
     serving = ServingGraph("kimi-k3-serving", ServingGraphArgs(
         graph, platform_ready=[cluster.namespace, *operators],
-        workers_ready=[cache.download, *([eks.gpu_nodes] if eks else [])],
-        preflight=cfg.serving.preflight, nodes_ready=[eks.gpu_nodes] if eks else []), opts=k8s_only)
+        workers_ready=[cache.download, *([eks.gpu_nodes] if eks else []), *(storage.compile_cache_ready if storage else [])],
+        preflight=cfg.serving.preflight, nodes_ready=[eks.gpu_nodes] if eks else [],
+        gpu_nodes_ready=[cluster.namespace, *([eks.gpu_nodes] if eks else [])],
+        gpu_node_selector=aws.gpu_node_labels(graph.platform.name) if eks else None), opts=k8s_only)
 
     # Monitors, alert rules and dashboards for every serving pod; kube-prometheus-stack unless the cluster has its own.
     if monitoring.stack_mode(cfg) != "none":
@@ -109,3 +122,5 @@ else:
                                    "nodes": gpu_plan.nodes, "reservationNodes": gpu_plan.max_nodes})
     if storage:
         pulumi.export("filesystemId", storage.filesystem_id)
+    if storage and storage.bucket_name is not None:
+        pulumi.export("weightsBucket", storage.bucket_name)

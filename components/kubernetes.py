@@ -15,6 +15,7 @@ TYPED = {
     ("v1", "Service"): k8s.core.v1.Service,
     ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
     ("batch/v1", "Job"): k8s.batch.v1.Job,
+    ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
 }
 
 

@@ -14,7 +14,8 @@ from .kubernetes import register
 class ModelCacheArgs:
     def __init__(self, graph: ServingGraph, hf_token: pulumi.Input[str], storage_class: str, size_gi: int,
                  download_image: str, hub_version: str, fetch_from_hub: bool = True,
-                 wait_for: Sequence[pulumi.Resource] = (), node_selector: Optional[dict[str, str]] = None):
+                 wait_for: Sequence[pulumi.Resource] = (), node_selector: Optional[dict[str, str]] = None,
+                 wait_seconds: int = 0):
         """
         :param graph: the serving graph (namespace, model repo, revision, cache path).
         :param hf_token: Hugging Face token, a Pulumi secret; it reaches the cluster only as a Secret.
@@ -26,7 +27,10 @@ class ModelCacheArgs:
         :param wait_for: what must exist first (namespace, filesystem and its PV, the nodes the Job runs on);
             every child waits for it, since a component's own depends_on does not reach its children.
         :param node_selector: where the download Job runs (the system nodes in eks mode: never a GPU node).
+        :param wait_seconds: the weights arrive from outside the cluster (S3 fetchers): the Job polls that long for
+            them, then verifies; 0 = they are in place when the Job starts.
         """
+        self.wait_seconds = wait_seconds
         self.graph = graph
         self.hf_token = hf_token
         self.storage_class = storage_class
@@ -60,6 +64,6 @@ class ModelCache(pulumi.ComponentResource):
         script = register(f"{name}-verify-script", manifests.verify_script_config_map(g), child)
         self.download = register(
             f"{name}-download", manifests.download_job(g, args.download_image, args.hub_version, args.fetch_from_hub,
-                                   args.node_selector),
+                                   args.node_selector, args.wait_seconds),
             pulumi.ResourceOptions(parent=self, depends_on=[*args.wait_for, secret, self.volume, script]))
         self.register_outputs({"volume": self.volume.metadata["name"], "modelPath": g.model_path})

@@ -15,7 +15,8 @@ from .kubernetes import register
 class ServingGraphArgs:
     def __init__(self, graph: Graph, platform_ready: Sequence[pulumi.Resource],
                  workers_ready: Sequence[pulumi.Resource], preflight: Optional[PreflightConfig] = None,
-                 nodes_ready: Sequence[pulumi.Resource] = ()):
+                 nodes_ready: Sequence[pulumi.Resource] = (), gpu_nodes_ready: Sequence[pulumi.Resource] = (),
+                 gpu_node_selector: Optional[dict[str, str]] = None):
         """
         :param graph: roles, TP, nodes, flags and env of the selected recipe with stack overrides.
         :param platform_ready: what ComputeDomains and the graph need to be accepted (the namespace, the DRA
@@ -24,7 +25,11 @@ class ServingGraphArgs:
         :param preflight: `kimi-k3:serving.preflight`: the fabric check per multinode role (None or disabled: none).
         :param nodes_ready: what the preflight needs besides the platform (the GPU nodes; not the weights, so the
             check runs while they download).
+        :param gpu_nodes_ready: what the image pre-pull DaemonSet waits for (the namespace; the GPU node group in eks mode).
+        :param gpu_node_selector: where the pre-pull runs (default: the workers' GPU affinity).
         """
+        self.gpu_nodes_ready = list(gpu_nodes_ready)
+        self.gpu_node_selector = gpu_node_selector
         self.graph = graph
         self.platform_ready = list(platform_ready)
         self.workers_ready = list(workers_ready)
@@ -61,6 +66,10 @@ class ServingGraph(pulumi.ComponentResource):
                         g, role, pf.min_bus_bandwidth_gbps, pf.timeout_seconds),
                     pulumi.ResourceOptions(parent=self, ignore_changes=["spec"],
                                            depends_on=[*args.platform_ready, *args.nodes_ready, domain, script, svc])))
+        # The runtime image lands on the GPU nodes while they wait for weights and add-ons; pulumi-kubernetes
+        # awaits the DaemonSet until its pods are available (provider/pkg/await/daemonset.go, kstatus).
+        self.prepull = register(f"{name}-image-prepull", manifests.image_prepull(g, args.gpu_node_selector),
+                                pulumi.ResourceOptions(parent=self, depends_on=args.gpu_nodes_ready))
         self.deployment = register(f"{name}-deployment", manifests.graph_deployment(g), pulumi.ResourceOptions(
-            parent=self, depends_on=args.platform_ready + args.workers_ready + domains + checks))
+            parent=self, depends_on=args.platform_ready + args.workers_ready + domains + checks + [self.prepull]))
         self.register_outputs({"name": self.deployment.metadata["name"], "gpus": g.gpus, "nodes": g.nodes})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 from dataclasses import dataclass
+from pathlib import Path
 from functools import lru_cache
 from typing import Any, Optional
 
@@ -325,7 +326,8 @@ def least_privilege_problems(resources: list[dict[str, Any]]) -> list[str]:
             if vpc.get("endpointPublicAccess", True) and any(
                     ipaddress.IPv4Network(c).prefixlen == 0 for c in vpc.get("publicAccessCidrs") or ["0.0.0.0/0"]):
                 out.append(f"{n}: the public API endpoint accepts the whole internet")
-        if t == "aws:eks/addon:Addon" and i.get("addonName") in ("vpc-cni", "aws-fsx-csi-driver", "aws-efs-csi-driver") \
+        if t == "aws:eks/addon:Addon" and i.get("addonName") in ("vpc-cni", "aws-fsx-csi-driver", "aws-efs-csi-driver",
+                                                                 MOUNTPOINT_ADDON) \
                 and not i.get("serviceAccountRoleArn"):
             out.append(f"{n}: {i.get('addonName')} has no role of its own (falls back to the node role)")
     return out
@@ -406,3 +408,109 @@ def check_storage(cfg: StackConfig, cache_gi: int) -> None:
         need = -(-cache_gi // step) * step
         raise ConfigError(f"kimi-k3:storage.fsx.storageCapacityGiB = {cap}: the model cache needs {cache_gi} GiB; "
                           f"allowed: {need} or more (a multiple of {step})")
+
+
+# --- weights in S3: fetchers, Mountpoint, the Local Zone -------------------------------------------------------------
+
+FETCH_SCRIPT = Path(__file__).with_name("fetch_checkpoint.py")
+# Amazon Linux 2023 for the fetchers, resolved by EC2 at launch ("resolve:ssm:" image ids, EC2 user guide
+# "Use a Systems Manager parameter instead of an AMI ID"); the public parameter AWS publishes per architecture.
+FETCHER_AMI = "resolve:ssm:/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
+MOUNTPOINT_ADDON = "aws-mountpoint-s3-csi-driver"       # EKS add-on name (EKS user guide, mountpoint-for-s3-add-on)
+MOUNTPOINT_DRIVER = "s3.csi.aws.com"
+MOUNTPOINT_SERVICE_ACCOUNT = "s3-csi-driver-sa"   # the add-on's node service account in kube-system (same guide)
+
+
+def is_local_zone(zone: str, region: str) -> bool:
+    """A Local Zone's name extends its parent Region's with a location (us-east-1-dfw-2a); an AZ's adds a letter."""
+    return zone.startswith(region + "-")
+
+
+def storage_zone(cfg: StackConfig) -> str:
+    """Where a filesystem of the stack (FSx, EFS mount target) is created: the GPU zone, unless it is a Local Zone.
+    No source shows FSx for Lustre or EFS in the Dallas Local Zone (docs/aws.md "Model storage"): the EKS Local
+    Zones guide lists node groups, EBS volumes and ALBs only. Then the first control-plane zone, across the link."""
+    c = cfg.cluster
+    gz = c.gpu_nodes.availability_zone
+    return c.availability_zones[0] if is_local_zone(gz, c.region) else gz
+
+
+def fetcher_user_data(*, bucket: str, prefix: str, repo: str, revision: str, secret_arn: str, region: str,
+                      index: int, count: int, hub_version: str) -> str:
+    """Cloud-init script of one fetcher: Python 3.12 + huggingface_hub, the token from Secrets Manager (never in user
+    data), the fetch script, then power off (the instance terminates: shutdown behaviour `terminate`)."""
+    script = base64.b64encode(FETCH_SCRIPT.read_bytes()).decode()
+    return "\n".join([
+        "#!/bin/bash",
+        "set -euo pipefail",
+        "exec > >(tee /var/log/kimi-k3-fetch.log | logger -t kimi-k3-fetch) 2>&1",
+        "dnf install -y -q python3.12 python3.12-pip",
+        f"python3.12 -m pip install -q 'huggingface_hub[hf_xet]=={hub_version}'",
+        f"echo '{script}' | base64 -d > /opt/fetch_checkpoint.py",
+        f"export AWS_DEFAULT_REGION={region} MODEL_REPO={repo} MODEL_REVISION={revision} BUCKET={bucket} "
+        f"PREFIX={prefix} FETCHER_INDEX={index} FETCHERS={count} STAGING=/dev/shm/kimi-k3 HF_XET_HIGH_PERFORMANCE=1",
+        f"HF_TOKEN=$(aws secretsmanager get-secret-value --secret-id {secret_arn} --query SecretString --output text)",
+        "export HF_TOKEN",
+        "python3.12 /opt/fetch_checkpoint.py",
+        "shutdown -h now",
+        "",
+    ])
+
+
+def bucket_read_policy(bucket_arn: str) -> str:
+    """What Mountpoint needs for a read-only mount (Mountpoint CONFIGURATION.md, IAM permissions)."""
+    import json
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn]},
+        {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{bucket_arn}/*"]}]}, sort_keys=True)
+
+
+def fetcher_policy(bucket_arn: str, secret_arn: str) -> str:
+    """What a fetcher needs: list and write the bucket (multipart included), read the token."""
+    import json
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn]},
+        {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
+         "Resource": [f"{bucket_arn}/*"]},
+        {"Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"], "Resource": [secret_arn]}]}, sort_keys=True)
+
+
+def mountpoint_mount_options(region: str) -> list[str]:
+    """Mountpoint options (mount-s3 flags without --, as the CSI driver takes them): read-only, other users
+    (the containers' uid) may read, the bucket's Region."""
+    return ["read-only", "allow-other", f"region {region}"]
+
+
+def efs_mount_options(cfg: StackConfig) -> list[str]:
+    """GPU nodes in a Local Zone have no mount target there: name the Regional zone's (EFS mount helper `az`
+    option, EFS user guide "Mounting ... on EC2 in a different Availability Zone"); TLS in transit."""
+    c = cfg.cluster
+    if is_local_zone(c.gpu_nodes.availability_zone, c.region):
+        return ["tls", f"az={storage_zone(cfg)}"]
+    return ["tls"]
+
+
+def fsx_security_group_problems(ingress: list[dict[str, Any]], egress: list[dict[str, Any]]) -> list[str]:
+    """What FSx for Lustre rejects or cannot serve in a file system's security group (FSx Lustre guide, "File system
+    access control with Amazon VPC" and "EFA-enabled security groups"; cannot-create-fs: "allow all internal inbound
+    and outbound traffic"): LNET 988 and 1018-1023 in, and all traffic to and from the group itself both ways."""
+    def has(rules: list[dict[str, Any]], pred) -> bool:
+        return any(pred(r) for r in rules)
+
+    def self_all(r: dict[str, Any]) -> bool:
+        return str(r.get("protocol")) == "-1" and bool(r.get("self"))
+
+    def tcp(lo: int, hi: int):
+        return lambda r: r.get("protocol") == "tcp" and r.get("from_port", r.get("fromPort")) <= lo \
+            and r.get("to_port", r.get("toPort")) >= hi
+
+    problems = []
+    if not has(ingress, tcp(988, 988)) and not has(ingress, self_all):
+        problems.append("no inbound LNET (tcp 988)")
+    if not has(ingress, tcp(1018, 1023)) and not has(ingress, self_all):
+        problems.append("no inbound LNET (tcp 1018-1023)")
+    if not has(ingress, self_all):
+        problems.append("no inbound all-traffic rule from the group itself")
+    if not has(egress, self_all):
+        problems.append("no outbound all-traffic rule to the group itself")
+    return problems

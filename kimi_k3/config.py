@@ -156,10 +156,21 @@ class FsxConfig(Strict):
     per_unit_storage_throughput: int = Field(default_factory=lambda: recipe_file("storage.yaml")["fsx_lustre"]["per_unit_mbps_per_tib"],
                                              alias="perUnitStorageThroughput",
                                              description="MB/s per TiB: 125, 250, 500 or 1000 (recipes/aws.yaml)")
-    efa_enabled: bool = Field(True, alias="efaEnabled", description="EFA + GPUDirect Storage clients (Lustre 2.15)")
+    efa_enabled: bool = Field(False, alias="efaEnabled",
+                              description="refused: the GPU nodes mount over TCP (no EFA Lustre client is set up)")
     file_system_type_version: str = Field("2.15", alias="fileSystemTypeVersion")
     s3_import_path: Optional[str] = Field(None, alias="s3ImportPath", pattern=allowed_as(r"^s3://[a-z0-9.-]{3,63}(/.*)?$", "s3://bucket/prefix, e.g. s3://my-weights/kimi-k3"),
                                           description="s3://bucket/prefix holding pre-staged weights (data repository association)")
+
+    @field_validator("efa_enabled")
+    @classmethod
+    def _no_efa_clients(cls, v: bool) -> bool:
+        if v:
+            raise ValueError("an EFA-enabled file system serves EFA only to clients that run the EFA-enabled Lustre "
+                             "client with LNet over EFA (FSx 'Working with EFA-enabled file systems'); kimi-k3 does "
+                             "not set that up on the GPU nodes, so they would mount over TCP and gain nothing; "
+                             "allowed: false")
+        return v
 
     @field_validator("storage_capacity_gib")
     @classmethod
@@ -180,6 +191,17 @@ class FsxConfig(Strict):
         return v
 
 
+class S3Config(Strict):
+    """`kimi-k3:storage.s3`: the weights in an S3 bucket of the stack, fetched from the Hub at t=0 by EC2 fetchers
+    (independent of the cluster), read by the workers through Mountpoint for Amazon S3 (docs/aws.md)."""
+
+    fetchers: int = Field(4, ge=1, le=32, description="EC2 instances that download disjoint shares of the checkpoint "
+                          "from the Hub into the bucket, in parallel")
+    fetcher_instance_type: str = Field("m6in.8xlarge", alias="fetcherInstanceType",
+                                       description="x86_64 type of each fetcher (m6in.8xlarge: 32 vCPU, 128 GiB "
+                                       "memory for staging, 50 Gbps network)")
+
+
 class EfsConfig(Strict):
     """`kimi-k3:storage.efs`: an EFS filesystem (smaller setup, ~1.5 GB/s per client: slow for 1.5 TB)."""
 
@@ -189,9 +211,9 @@ class EfsConfig(Strict):
 class StorageConfig(Strict):
     """`kimi-k3:storage`: the ReadWriteMany volume that caches the checkpoint."""
 
-    kind: Optional[Literal["fsx-lustre", "efs", "existing"]] = Field(
-        None, description="fsx-lustre (default in eks mode), efs, or existing (a storageClass); "
-        "default: existing when storageClass is set")
+    kind: Optional[Literal["s3", "fsx-lustre", "efs", "existing"]] = Field(
+        None, description="s3 (default in eks mode: bucket + Mountpoint), fsx-lustre, efs, or existing (a "
+        "storageClass); default: existing when storageClass is set")
     storage_class: Optional[str] = Field(None, alias="storageClass", pattern=allowed_as(DNS_LABEL.replace("{0,61}", "{0,252}"), "a StorageClass name: lower-case letters, digits and '-', e.g. fsx-sc"),
                                          description="StorageClass of the model-cache PVC (kind existing); must support ReadWriteMany")
     provisioner: Optional[str] = Field(None, description="the class's provisioner, when known, to reject block storage")
@@ -199,6 +221,10 @@ class StorageConfig(Strict):
     headroom_percent: int = Field(25, alias="headroomPercent", ge=0, le=400, description="space over the checkpoint size for partial downloads and metadata")
     fsx: FsxConfig = Field(default_factory=FsxConfig)
     efs: EfsConfig = Field(default_factory=EfsConfig)
+    s3: S3Config = Field(default_factory=S3Config)
+    compile_cache: Optional[Literal["efs", "none"]] = Field(
+        None, alias="compileCache", description="shared volume for DeepGEMM/FlashInfer/torch.compile/Triton caches, "
+        "keyed by image and flags: efs (default in eks mode) or none (pod-local, every start compiles)")
 
     @model_validator(mode="after")
     def _rwx_capable(self) -> "StorageConfig":
@@ -209,9 +235,13 @@ class StorageConfig(Strict):
                 "use a shared filesystem class (FSx for Lustre, EFS, Filestore, Azure Files, NFS)")
         return self
 
+    def resolved_compile_cache(self, mode: str) -> str:
+        """efs (a shared volume of the stack) in eks mode unless turned off; none elsewhere."""
+        return self.compile_cache or ("efs" if mode == "eks" and self.resolved_kind != "existing" else "none")
+
     @property
     def resolved_kind(self) -> str:
-        return self.kind or ("existing" if self.storage_class else "fsx-lustre")
+        return self.kind or ("existing" if self.storage_class else "s3")
 
 
 class AddonConfig(Strict):
@@ -235,7 +265,10 @@ class PlatformConfig(Strict):
 class EstimatesConfig(Strict):
     """`kimi-k3:estimates`: overrides of recipes/durations.yaml for the critical-path report."""
 
-    download_gbps: Optional[float] = Field(None, alias="downloadGbps", gt=0, description="Hugging Face download, GB/s")
+    download_gbps: Optional[float] = Field(None, alias="downloadGbps", gt=0,
+                                           description="Hugging Face download per fetcher (or download Job), GB/s")
+    local_zone_link_gbps: Optional[float] = Field(None, alias="localZoneLinkGbps", gt=0,
+                                                  description="Local Zone <-> Region bandwidth for all GPU nodes, GB/s")
     seconds: dict[str, float] = Field(default_factory=dict, description="per-key duration overrides")
 
 
@@ -447,6 +480,9 @@ def check_modes(cfg: StackConfig) -> None:
     if cfg.cluster.parked and mode != "eks":
         raise ConfigError(f"kimi-k3:cluster.parked = true: only eks mode builds (and can park) a cluster; mode is "
                           f"{mode!r}; allowed: false (`pulumi destroy` keeps the model-cache PVC and its namespace)")
+    if cfg.storage.compile_cache == "efs" and (mode != "eks" or kind == "existing"):
+        raise ConfigError(f"kimi-k3:storage.compileCache = 'efs': created by this program only in kimi-k3:cluster.mode "
+                          f"eks with a storage kind it creates (mode {mode!r}, kind {kind!r}); allowed here: none")
     if mode == "render":
         for key, addon in cfg.platform:
             if addon.install:

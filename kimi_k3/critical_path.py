@@ -8,13 +8,15 @@ and worker load come from kimi_k3.planner (one implementation of bytes / bandwid
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 
 from .data import recipe_file
-from . import planner
+from . import aws, planner
 from .config import StackConfig
+from .graph import role_flag
+from .manifests import PREPULL_COMPONENT
 
 HELM_KEYS = {"gpu-operator": "helm_gpu_operator", "aws-efa-k8s-device-plugin": "helm_efa_device_plugin",
              "dra-driver-nvidia-gpu": "helm_dra_driver", "dynamo-platform": "helm_dynamo_platform"}
@@ -34,37 +36,75 @@ def _defaults() -> dict[str, Any]:
 class Estimates:
     seconds: dict[str, float]
     download_gbps: float
-    download_seconds: float        # the whole checkpoint from Hugging Face
-    load_seconds: float            # every worker pod reading its weights from the cache, all at once
+    download_seconds: float        # the whole checkpoint from Hugging Face by the in-cluster download Job
+    load_seconds: float            # every worker pod reading its share of the weights, all at once
+    fetch_seconds: float = 0.0     # one EC2 fetcher: start + its share of the checkpoint from the Hub into S3
+    fetchers: int = 0
+    fetch_gbps: float = 0.0
+    load_what: str = "weights load (planner)"
+    warmup_key: str = "worker_warmup"          # worker_warmup_cached on a re-deploy with a compile cache
+    compile_cache: bool = False
 
     def of(self, key: str) -> float:
         return self.seconds[key]
+
+
+def weights_backend(cfg: StackConfig) -> planner.StorageBackend:
+    """Where the workers read the weights from, as throughput facts (recipes/storage.yaml)."""
+    kind = cfg.storage.resolved_kind
+    if kind == "fsx-lustre":
+        f = cfg.storage.fsx
+        return planner.load_storage_backends(f.storage_capacity_gib, f.per_unit_storage_throughput)["fsx_lustre"]
+    if kind in ("s3", "efs"):
+        return planner.load_storage_backends()[kind]
+    provisioner = cfg.storage.provisioner or ""
+    return planner.load_storage_backends()["efs" if "efs" in provisioner else "fsx_lustre"]
+
+
+def link_gbps(cfg: StackConfig) -> Optional[float]:
+    """The Local Zone link the weights cross (eks mode builds every storage kind in the Region), else None."""
+    c = cfg.cluster
+    if c.mode != "eks" or not aws.is_local_zone(c.gpu_nodes.availability_zone, c.region):
+        return None
+    return cfg.estimates.local_zone_link_gbps or planner.local_zone_link_gbps()
+
+
+def load_estimate(cfg: StackConfig, graph) -> tuple[float, str]:
+    """(seconds, what) for every worker pod of the graph reading its share of the weights at once."""
+    m = planner.load_model_facts()
+    backend, link = weights_backend(cfg), link_gbps(cfg)
+    reads = [(planner.bytes_per_pod(m, r.tp, r.gpus_per_node, role_flag(r, "--load-format", "auto")), r.nodes)
+             for r in graph.roles if r.replicas]
+    if not reads:
+        return 0.0, "no workers"
+    pods = sum(n for _, n in reads)
+    total = sum(b * n for b, n in reads)
+    per_pod = max(b for b, _ in reads)
+    rate = backend.per_client_gbps
+    seconds = per_pod / (rate * planner.GB)
+    if backend.shared and backend.aggregate_gbps is not None:
+        seconds = max(seconds, total / (backend.aggregate_gbps * planner.GB))
+    what = f"{backend.name}: {per_pod / planner.GB:.0f} GB/pod at {rate:g} GB/s"
+    if link is not None:
+        seconds = max(seconds, total / (link * planner.GB))
+        what += f", {total / 1e12:.2f} TB over the Local Zone link at {link:g} GB/s"
+    return seconds, what
 
 
 def estimates(cfg: StackConfig, graph) -> Estimates:
     d = _defaults()
     seconds = {**d["seconds"], **cfg.estimates.seconds}
     gbps = cfg.estimates.download_gbps or d["download_gbps"]
+    job_gbps = cfg.estimates.download_gbps or d["download_job_gbps"]
     m = planner.load_model_facts()
-    hub = planner.StorageBackend(name="huggingface", description="hf download", shared=False,
-                                 per_client_gbps=gbps, aggregate_gbps=None)
-    download = planner.load_seconds(planner.checkpoint_bytes(m), 1, hub)
-    backend = _cache_backend(cfg)
-    pods = graph.nodes
-    load = max(planner.load_seconds(planner.bytes_per_pod(m, r.tp, r.gpus_per_node), pods, backend)
-               for r in graph.roles)
-    return Estimates(seconds=seconds, download_gbps=gbps, download_seconds=download, load_seconds=load)
-
-
-def _cache_backend(cfg: StackConfig) -> planner.StorageBackend:
-    kind = cfg.storage.resolved_kind
-    if kind == "fsx-lustre":
-        f = cfg.storage.fsx
-        return planner.load_storage_backends(f.storage_capacity_gib, f.per_unit_storage_throughput)["fsx_lustre"]
-    if kind == "efs":
-        return planner.load_storage_backends()["efs"]
-    provisioner = cfg.storage.provisioner or ""
-    return planner.load_storage_backends()["efs" if "efs" in provisioner else "fsx_lustre"]
+    checkpoint = planner.checkpoint_bytes(m)
+    fetchers = cfg.storage.s3.fetchers if cfg.storage.resolved_kind == "s3" and cfg.cluster.mode == "eks" else 0
+    fetch = seconds["fetcher_start"] + checkpoint / max(fetchers, 1) / (gbps * planner.GB)
+    load, what = load_estimate(cfg, graph)
+    cache = bool(getattr(graph, "compile_cache", False))
+    return Estimates(seconds=seconds, download_gbps=job_gbps, download_seconds=checkpoint / (job_gbps * planner.GB),
+                     load_seconds=load, fetch_seconds=fetch, fetchers=fetchers, fetch_gbps=gbps, load_what=what,
+                     compile_cache=cache, warmup_key="worker_warmup")
 
 
 def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
@@ -77,24 +117,42 @@ def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
         return est.of(key), key
     if t in TYPE_KEYS:
         return est.of(TYPE_KEYS[t]), TYPE_KEYS[t]
+    if t == "aws:ec2/instance:Instance" and is_fetcher(r):
+        share = planner.checkpoint_bytes(planner.load_model_facts()) / max(est.fetchers, 1) / planner.GB
+        return est.fetch_seconds, f"fetcher_start + {share:.0f} GB from the Hub into S3 at {est.fetch_gbps:g} GB/s"
     if t == "kubernetes:helm.sh/v3:Release":
         key = HELM_KEYS.get(inputs.get("name", ""), "helm_gpu_operator")
         return est.of(key), key
     if t == "kubernetes:batch/v1:Job" and ((((inputs.get("spec") or {}).get("template") or {}).get("metadata") or {})
                                             .get("labels") or {}).get("app.kubernetes.io/component") == "fabric-preflight":
-        return est.of("fabric_preflight"), "fabric_preflight"
+        # Its pods need the runtime image first (pulled beside the pre-pull DaemonSet, on the same nodes).
+        return est.of("image_pull") + est.of("fabric_preflight"), "image_pull + fabric_preflight"
     if t == "kubernetes:batch/v1:Job":
         verify = est.of("verify_checkpoint")
         if downloads_from_hub(inputs):
             return est.download_seconds + verify, f"download {est.download_gbps:g} GB/s + verify"
         return verify, "verify_checkpoint (pre-staged weights, no download)"
+    if t == "kubernetes:apps/v1:DaemonSet" and is_image_prepull(r):
+        return est.of("image_pull"), "image_pull (runtime image onto the GPU nodes)"
     if t.endswith(":DynamoGraphDeployment"):
-        return est.load_seconds + est.of("worker_warmup"), "weights load (planner) + warm-up"
+        return est.load_seconds + est.of(est.warmup_key), f"weights load ({est.load_what}) + {est.warmup_key}"
     if t.startswith("aws:iam/"):
         return est.of("iam"), "iam"
     if t.startswith("aws:"):
         return est.of("aws_default"), "aws_default"
     return est.of("kubernetes_default"), "kubernetes_default"
+
+
+FETCHER_ROLE = "weights-fetcher"      # kimi-k3/role tag of the EC2 fetchers (components/aws/storage.py)
+
+
+def is_fetcher(r: dict[str, Any]) -> bool:
+    return r.get("inputs", {}).get("tags", {}).get("kimi-k3/role") == FETCHER_ROLE
+
+
+def is_image_prepull(r: dict[str, Any]) -> bool:
+    labels = r.get("inputs", {}).get("metadata", {}).get("labels", {})
+    return labels.get("app.kubernetes.io/component") == PREPULL_COMPONENT
 
 
 def downloads_from_hub(job_inputs: dict[str, Any]) -> bool:
@@ -133,13 +191,29 @@ def fmt(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
-def critical_path(resources: list[dict[str, Any]], est: Estimates, target: Optional[str] = None) -> CriticalPath:
-    """Longest path to `target` (default: the DynamoGraphDeployment) through dependsOn and provider edges."""
+def redeploy(est: Estimates) -> Estimates:
+    """A re-deploy: the serving graph re-created while the cluster, the verified weights, the pre-pulled image and
+    (with a compile-cache volume) the compile caches stay; everything else is already there and costs nothing."""
+    return replace(est, warmup_key="worker_warmup_cached" if est.compile_cache else "worker_warmup")
+
+
+def critical_path(resources: list[dict[str, Any]], est: Estimates, target: Optional[str] = None,
+                  existing: bool = False) -> CriticalPath:
+    """Longest path to `target` (default: the DynamoGraphDeployment) through dependsOn and provider edges.
+    `existing`: every resource but the target already exists (a re-deploy of the graph)."""
     by_urn = {r["urn"]: r for r in resources}
     children: dict[str, list[str]] = {}
     for r in resources:
         if r.get("parent") in by_urn:
             children.setdefault(r["parent"], []).append(r["urn"])
+    if target is None:
+        target = next((u for u, r in by_urn.items() if r["type"].endswith(":DynamoGraphDeployment")), None)
+
+    def _duration(r: dict[str, Any]) -> tuple[float, str]:
+        if existing and r["urn"] != target:
+            return 0.0, "exists"
+        return duration(r, est)
+
     start: dict[str, float] = {}
     finish: dict[str, float] = {}
     why: dict[str, Optional[str]] = {}     # urn -> the prerequisite that set its start
@@ -165,7 +239,7 @@ def critical_path(resources: list[dict[str, Any]], est: Estimates, target: Optio
         if urn in finish:
             return finish[urn]
         s = start_of(urn)
-        f = s + duration(by_urn[urn], est)[0]
+        f = s + _duration(by_urn[urn])[0]
         for c in children.get(urn, []):
             f = max(f, finish_of(c))
         finish[urn] = f
@@ -174,8 +248,7 @@ def critical_path(resources: list[dict[str, Any]], est: Estimates, target: Optio
     for urn in by_urn:
         finish_of(urn)
     if target is None:
-        target = next((u for u, r in by_urn.items() if r["type"].endswith(":DynamoGraphDeployment")),
-                      max(finish, key=finish.get))
+        target = max(finish, key=finish.get)
     chain, urn = [], target
     while urn is not None:
         r = by_urn[urn]
@@ -183,6 +256,29 @@ def critical_path(resources: list[dict[str, Any]], est: Estimates, target: Optio
             last = max(children.get(urn, []), key=lambda c: finish[c], default=None)
             urn = last if last is not None else why[urn]
             continue
-        chain.append(Step(r["name"], r["type"], start[urn], finish[urn], duration(r, est)[1]))
+        chain.append(Step(r["name"], r["type"], start[urn], finish[urn], _duration(r)[1]))
         urn = why[urn]
     return CriticalPath(steps=tuple(reversed(chain)), total_seconds=finish[target], finish=finish)
+
+
+def goals() -> dict[str, float]:
+    return dict(_defaults()["goals"])
+
+
+def report(resources: list[dict[str, Any]], cfg: StackConfig, graph) -> list[str]:
+    """What `kimi-k3 render` prints: the fresh-account critical path and the re-deploy path, each against its goal."""
+    est = estimates(cfg, graph)
+    g = goals()
+    fresh = critical_path(resources, est)
+    again = critical_path(resources, redeploy(est), existing=True)
+
+    def verdict(total: float, goal: float) -> str:
+        return f"goal <= {fmt(goal)}: {'met' if total <= goal else 'MISSED by ' + fmt(total - goal)}"
+
+    out = fresh.lines()
+    out[0] = out[0][:-2] + f"; {verdict(fresh.total_seconds, g['fresh_seconds'])}):"
+    redo = again.lines()
+    redo[0] = (f"re-deploy (cluster, weights, image{' and compile caches' if est.compile_cache else ''} in place; "
+               f"estimated time to first token {fmt(again.total_seconds)}; "
+               f"{verdict(again.total_seconds, g['redeploy_seconds'])}):")
+    return out + redo

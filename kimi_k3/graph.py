@@ -1,6 +1,7 @@
 """The serving graph: recipe data + stack overrides -> roles, TP, nodes, flags, env (pure, no Pulumi)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -100,6 +101,8 @@ class Role:
     # NVLink need the same one. With KV over EFA, each role may sit in its own clique (e.g. two x36 racks).
     nvlink_group: str = ""
     dcp: int = 1                  # vLLM decode context parallel size (recipes/dcp.yaml)
+    # Subdirectory of the shared compile-cache volume this role's pods mount (one per image + flags), "" = none.
+    compile_cache_key: str = ""
 
     @property
     def gpus(self) -> int:
@@ -141,6 +144,7 @@ class ServingGraph:
     startup_probe_seconds: int
     ready_timeout_seconds: int
     download_timeout_seconds: int
+    compile_cache: bool = False     # workers mount the shared compile-cache volume (kimi-k3:storage.compileCache)
 
     @property
     def gpus(self) -> int:
@@ -350,6 +354,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     image, runtime_version = _resolve_image(recipe, cfg)
     # A staged rollout (docs/operating.md#rollouts) adds replicas to every worker role; the node group follows.
     replicas = {key: n + cfg.serving.rollout.surge for key, n in _replicas(recipe, cfg).items()}
+    compile_cache = cfg.storage.resolved_compile_cache(cfg.cluster.mode) != "none"
     model_path = f"{cfg.model.cache_mount_path.rstrip('/')}/{cfg.model.repo}"
     prestaged = cfg.storage.resolved_kind == "fsx-lustre" and bool(cfg.storage.fsx.s3_import_path)
     if cfg.model.revision != "main" and not prestaged:
@@ -385,6 +390,9 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         if efa:
             flags = _kv_over_efa(flags)
         env = merge(merge(merge(base_env, recipe.worker.env), rr.env), over.env if over else {})
+        cache_key = compile_cache_key(image, flag_list(flags)) if compile_cache else ""
+        if compile_cache:
+            env = merge(env, compile_cache_env())
         roles.append(Role(
             key=key, component=rr.component, type=rr.type, tp=tp, gpus_per_node=platform.gpus_per_node,
             nodes_per_replica=nodes, replicas=replicas[key], gpu_memory_utilization=util,
@@ -396,6 +404,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             efa_devices=efa,
             nvlink_group=name if recipe.kv_transport == "nvlink" else f"{name}-{key}",
             dcp=dcp,
+            compile_cache_key=cache_key,
         ))
     fe = cfg.serving.frontend
     _check_overridable(fe.extra_args, DERIVED_FRONTEND_FLAGS, "kimi-k3:serving.frontend.extraArgs")
@@ -416,7 +425,37 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         startup_probe_seconds=cfg.serving.startup_probe_seconds,
         ready_timeout_seconds=cfg.serving.ready_timeout_seconds,
         download_timeout_seconds=cfg.serving.download_timeout_seconds,
+        compile_cache=compile_cache,
     )
+
+
+def compile_cache_spec() -> dict[str, Any]:
+    return recipe_file("compile_cache.yaml")
+
+
+def compile_cache_key(image: str, args: tuple[str, ...]) -> str:
+    """One cache directory per image + worker flags (issue 15): artifacts built by another image or for other
+    shapes and kernels are never picked up, and the pods of a role share theirs. Settings passed by environment are
+    left to the caches' own keys (vLLM hashes its config and env into the torch.compile cache path; Triton,
+    DeepGEMM and FlashInfer key each kernel by its source and parameters)."""
+    payload = json.dumps({"image": image, "args": list(args)}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def compile_cache_env() -> dict[str, str]:
+    """Cache locations under the mount; the mount itself is the role's keyed subdirectory (subPath), so a changed
+    flag changes one line of the pod, not every variable."""
+    spec = compile_cache_spec()
+    return {name: f"{spec['mount_path']}/{sub}" for name, sub in spec["env"].items()}
+
+
+def role_flag(role: "Role", flag: str, default: Optional[str] = None) -> Optional[str]:
+    """The value a role's worker gets for `flag` (the last one wins, as in argparse)."""
+    value = default
+    for i, arg in enumerate(role.args[:-1]):
+        if arg == flag:
+            value = role.args[i + 1]
+    return value
 
 
 def cache_size_gi(cfg: StackConfig, checkpoint_bytes: int) -> int:

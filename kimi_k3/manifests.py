@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .graph import Role, ServingGraph
+from .graph import Role, ServingGraph, compile_cache_spec
 from .monitoring import role_labels
 
 PART_OF = {"app.kubernetes.io/part-of": "kimi-k3"}
@@ -28,7 +28,15 @@ NAMES = {
     "pvc": "kimi-k3-model-cache",
     "verify": "kimi-k3-verify-checkpoint",
     "job": "kimi-k3-model-download",
+    "compile_cache": "kimi-k3-compile-cache",
+    "prepull": "kimi-k3-image-prepull",
 }
+COMPILE_CACHE_VOLUME = "compile-cache"
+COMPILE_CACHE_GI = 100                     # what the compile-cache PV/PVC advertise (EFS is elastic)
+# The pre-pull DaemonSet's one running container: the pause image kubelet itself uses (registry.k8s.io/pause,
+# 3.10 as pinned by Kubernetes 1.34's kubeadm constants), multi-arch.
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+PREPULL_COMPONENT = "image-prepull"         # kimi_k3.critical_path charges image_pull to it
 
 
 def compute_domain_name(graph: ServingGraph, role: Role) -> str:
@@ -71,17 +79,23 @@ def verify_script_config_map(graph: ServingGraph) -> Obj:
 
 
 def download_job(graph: ServingGraph, download_image: str, hub_version: str, fetch_from_hub: bool = True,
-                 node_selector: dict[str, str] | None = None) -> Obj:
-    """Download (unless the weights were pre-staged, e.g. imported from S3), then verify every shard."""
+                 node_selector: dict[str, str] | None = None, wait_seconds: int = 0) -> Obj:
+    """Download (unless the weights were pre-staged or are fetched outside the cluster), then verify every shard.
+    `wait_seconds`: the weights arrive from elsewhere (the S3 fetchers); poll that long for them to be complete, on
+    a read-only volume (no marker file written)."""
     n = NAMES
-    env = _env([("MODEL_REPO", graph.model_repo), ("MODEL_REVISION", graph.model_revision),
-                ("MODEL_PATH", graph.model_path), ("HF_HOME", f"{graph.cache_mount_path}/.hf-home"),
-                ("HF_XET_HIGH_PERFORMANCE", "1"),          # hf_xet's parallel fast-transfer mode
-                ("PYTHONPATH", TOOLS_DIR)])
+    pairs = [("MODEL_REPO", graph.model_repo), ("MODEL_REVISION", graph.model_revision),
+             ("MODEL_PATH", graph.model_path),
+             ("HF_HOME", "/tmp/hf-home" if wait_seconds else f"{graph.cache_mount_path}/.hf-home"),
+             ("HF_XET_HIGH_PERFORMANCE", "1"),          # hf_xet's parallel fast-transfer mode
+             ("PYTHONPATH", TOOLS_DIR)]
+    if wait_seconds:
+        pairs += [("VERIFY_WAIT_SECONDS", str(wait_seconds)), ("VERIFY_WRITE_MARKER", "0")]
+    env = _env(pairs)
     env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": n["secret"], "key": "HF_TOKEN"}}})
     hardened = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                 "seccompProfile": {"type": "RuntimeDefault"}}
-    mounts = [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path},
+    mounts = [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, **({"readOnly": True} if wait_seconds else {})},
               {"name": "tools", "mountPath": TOOLS_DIR}]
     download = f"set -eu\npip install --no-cache-dir --target {TOOLS_DIR} 'huggingface_hub[hf_xet]=={hub_version}'\n"
     if fetch_from_hub:
@@ -174,7 +188,10 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
         "command": ["python3", "-m", "dynamo.vllm"], "args": list(role.args), "env": _env(role.env),
         "resources": {**_resources(role.gpus_per_node, role.cpu, role.memory, role.efa_devices),
                       "claims": [{"name": CHANNEL_CLAIM}]},
-        "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, "readOnly": True}],
+        "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, "readOnly": True}]
+        + ([{"name": COMPILE_CACHE_VOLUME, "mountPath": compile_cache_spec()["mount_path"],
+             "subPath": role.compile_cache_key}]   # kubelet creates the directory on first use
+           if graph.compile_cache else []),
         "startupProbe": {
             "httpGet": {"path": "/health", "port": HEALTH_PORT},
             "periodSeconds": PROBE_PERIOD_SECONDS, "timeoutSeconds": 10,
@@ -202,7 +219,9 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
                                     "resourceClaimTemplateName": channel_template_name(graph, role)}],
                 "terminationGracePeriodSeconds": 60,
                 "volumes": [{"name": CACHE_VOLUME, "persistentVolumeClaim": {
-                    "claimName": NAMES["pvc"], "readOnly": True}}],
+                    "claimName": NAMES["pvc"], "readOnly": True}}]
+                + ([{"name": COMPILE_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": NAMES["compile_cache"]}}]
+                   if graph.compile_cache else []),
                 "containers": [container],
             },
         },
@@ -295,6 +314,51 @@ def preflight_job(graph: ServingGraph, role: Role, min_bus_bandwidth_gbps: float
                     "containers": [container],
                     "volumes": [{"name": "scripts", "configMap": {"name": f"{graph.name}-preflight-script"}},
                                 {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}],
+                },
+            },
+        },
+    }
+
+
+def compile_cache_pvc(namespace: str) -> Obj:
+    """The shared compile-cache claim (statically bound to the stack's compile-cache PV)."""
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": NAMES["compile_cache"], "namespace": namespace, "labels": dict(PART_OF)},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "volumeName": NAMES["compile_cache"], "resources": {"requests": {"storage": f"{COMPILE_CACHE_GI}Gi"}}},
+    }
+
+
+def image_prepull(graph: ServingGraph, node_selector: dict[str, str] | None = None) -> Obj:
+    """A DaemonSet on the GPU nodes whose init container is the runtime image (kubelet pulls it, the container exits at
+    once), so the workers start with the ~20 GB image in place while the nodes would otherwise wait for weights.
+    Default placement: the workers' own GPU affinity."""
+    labels = {**PART_OF, "app.kubernetes.io/component": PREPULL_COMPONENT}
+    selector = {"app.kubernetes.io/name": NAMES["prepull"]}
+    if node_selector:
+        placement: Obj = {"nodeSelector": dict(node_selector)}
+    else:
+        placement = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                                         "values": [graph.platform.gpu_product_label]}]}]}}}}
+    hardened = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    small = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": _meta(graph, NAMES["prepull"]) | {"labels": labels},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": {**labels, **selector}},
+                "spec": {
+                    **placement,
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "initContainers": [{"name": "pull", "image": graph.image, "command": ["true"],
+                                        "resources": small, "securityContext": hardened}],
+                    "containers": [{"name": "pause", "image": PAUSE_IMAGE, "resources": small,
+                                    "securityContext": hardened}],
+                    "terminationGracePeriodSeconds": 1,
                 },
             },
         },

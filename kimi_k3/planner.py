@@ -59,7 +59,7 @@ class ModelFacts:
     kda_recurrent_state_bytes: int
     mla_block_alignment: int
     activation_reserve_gib: float
-    pod_reads_whole_checkpoint: bool
+    load_format_reads: dict[str, str]    # vLLM --load-format -> group_share | whole (recipes/model.yaml)
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,7 @@ class RoleSpec:
     max_model_len: int
     spec_tokens: int = 0
     dcp: int = 1
+    load_format: str = "auto"     # vLLM --load-format: how much of the checkpoint each pod reads
 
 
 @dataclass(frozen=True)
@@ -288,7 +289,7 @@ def load_model_facts() -> ModelFacts:
         other_bits=q["other_bits_per_param"], kv_dtype_bytes=dict(kv["dtype_bytes"]),
         kda_conv_state_bytes=kv["kda_conv_state_bytes"], kda_recurrent_state_bytes=kv["kda_recurrent_state_bytes"],
         mla_block_alignment=kv["mla_block_alignment_tokens"], activation_reserve_gib=rt["activation_reserve_gib"],
-        pod_reads_whole_checkpoint=rt["pod_reads_whole_checkpoint"],
+        load_format_reads=dict(rt["load_format_reads"]),
     )
 
 
@@ -302,6 +303,8 @@ def load_storage_backends(fsx_size_gib: float | None = None,
     """Backends from recipes/storage.yaml; FSx aggregate = size x per-unit throughput (overridable per stack)."""
     out = {}
     for name, b in recipe_file("storage.yaml").items():
+        if name == "local_zone_link":
+            continue
         aggregate = b.get("aggregate_gbps")
         if "size_gib" in b:
             size = fsx_size_gib if fsx_size_gib is not None else b["size_gib"]
@@ -310,6 +313,11 @@ def load_storage_backends(fsx_size_gib: float | None = None,
         out[name] = StorageBackend(name=name, description=b["description"], shared=b["shared"],
                                    per_client_gbps=b["per_client_gbps"], aggregate_gbps=aggregate)
     return out
+
+
+def local_zone_link_gbps() -> float:
+    """Assumed bandwidth between a Local Zone and its parent Region for all GPU nodes together (storage.yaml)."""
+    return float(recipe_file("storage.yaml")["local_zone_link"]["aggregate_gbps"])
 
 
 def weight_groups(m: ModelFacts) -> list[WeightGroup]:
@@ -452,21 +460,33 @@ def plan_role(gpu: str, tp: int, *, dcp: int = 1, gpu_memory_utilization: float 
     )
 
 
-def load_seconds(bytes_per_pod: int, pods: int, backend: StorageBackend) -> float:
-    """Seconds for `pods` pods that start together to each read `bytes_per_pod` from `backend`."""
+def load_seconds(bytes_per_pod: int, pods: int, backend: StorageBackend, link_gbps: float | None = None) -> float:
+    """Seconds for `pods` pods that start together to each read `bytes_per_pod` from `backend`; `link_gbps` caps
+    all of them together (the Local Zone link when the storage sits in the parent Region)."""
     if pods < 1:
         raise ValueError("pods must be >= 1")
     rate = backend.per_client_gbps
     if backend.shared and backend.aggregate_gbps is not None:
         rate = min(rate, backend.aggregate_gbps / pods)
+    if link_gbps is not None:
+        rate = min(rate, link_gbps / pods)
     return bytes_per_pod / (rate * GB)
 
 
-def bytes_per_pod(m: ModelFacts, tp: int, gpus_per_pod: int) -> int:
-    """What one worker pod reads at cold start: the whole checkpoint, or its ranks' share when it does not."""
-    if m.pod_reads_whole_checkpoint:
+def bytes_per_pod(m: ModelFacts, tp: int, gpus_per_pod: int, load_format: str = "auto") -> int:
+    """What one worker pod reads from storage at a cold start, by vLLM's loader (recipes/model.yaml load_format_reads):
+    the whole checkpoint, or with fastsafetensors its GPUs' share of the files (each byte once per replica)."""
+    reads = m.load_format_reads.get(load_format)
+    if reads is None:
+        raise ValueError(f"unknown --load-format {load_format!r}; known: {', '.join(sorted(m.load_format_reads))}")
+    if reads == "whole":
         return checkpoint_bytes(m)
-    return round(sum(g.bytes * gpus_per_pod / tp if g.tp_sharded else g.bytes for g in weight_groups(m)))
+    return round(checkpoint_bytes(m) * gpus_per_pod / tp)
+
+
+def bytes_per_replica(m: ModelFacts, tp: int, gpus_per_pod: int, load_format: str = "auto") -> int:
+    """What one TP group (replica) reads from storage in all: its pods' reads together."""
+    return bytes_per_pod(m, tp, gpus_per_pod, load_format) * (tp // gpus_per_pod)
 
 
 def plan_stack(roles: Iterable[RoleSpec], pricing: Pricing | None,
@@ -489,7 +509,7 @@ def plan_stack(roles: Iterable[RoleSpec], pricing: Pricing | None,
         plan = plan_role(s.gpu, s.tp, dcp=s.dcp, gpu_memory_utilization=s.gpu_memory_utilization,
                          kv_cache_dtype=s.kv_cache_dtype, spec_tokens=s.spec_tokens,
                          max_model_len=s.max_model_len, facts=m, platforms=plats)
-        read = bytes_per_pod(m, s.tp, p.gpus_per_node)
+        read = bytes_per_pod(m, s.tp, p.gpus_per_node, s.load_format)
         times = {name: load_seconds(read, total_pods if b.shared else 1, b) for name, b in backends.items()}
         plan = replace(plan, load_seconds=times)
         nodes = s.nodes_per_replica * s.replicas

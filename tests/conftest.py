@@ -58,6 +58,11 @@ def by_kind(objects, kind):
     return [o for o in objects if o["kind"] == kind]
 
 
+def model_cache_pvcs(objects):
+    """The claims holding weights (a stack may also have its compile-cache claim)."""
+    return [o for o in by_kind(objects, "PersistentVolumeClaim") if o["metadata"]["name"] != "kimi-k3-compile-cache"]
+
+
 def workers(dgd):
     return [c for c in dgd["spec"]["components"] if c["type"] != "frontend"]
 

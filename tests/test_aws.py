@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from conftest import ROOT, STACKS, assert_one_clear_error, by_kind, main_container, render_with, workers
+from conftest import ROOT, STACKS, assert_one_clear_error, by_kind, main_container, model_cache_pvcs, render_with, workers
 from kimi_k3.stacks import read_stack_config
 
 INSTANCE = {"gb200": "p6e-gb200.36xlarge", "gb200-disagg": "p6e-gb200.36xlarge",
@@ -79,23 +79,99 @@ def test_eks_control_plane_network_and_access(stack, rendered):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_fsx_filesystem_is_protected_and_the_cache_volume_retained_and_bound(stack, rendered):
+def test_weights_bucket_fetchers_and_mountpoint_volume(stack, rendered):
+    """Storage kind s3 (every stack): a protected, retained bucket; EC2 fetchers that need nothing of the cluster; the
+    Mountpoint driver with read-only IRSA access on the tainted GPU nodes; a read-only static PV bound to the claim."""
     r = rendered[stack]
-    fsx = one(r, "aws:fsx/lustreFileSystem:LustreFileSystem")
-    assert fsx["protect"] and fsx["retainOnDelete"]
-    assert fsx["inputs"]["deploymentType"] == "PERSISTENT_2"
-    # Sized for cold start: 2400 GiB (2.34 GB/s at 1000 MB/s/TiB) per worker pod reading the checkpoint at once.
-    assert fsx["inputs"]["perUnitStorageThroughput"] == 1000
-    assert fsx["inputs"]["storageCapacity"] == 2400 * r.outputs["nodes"]
-    pv = one(r, "kubernetes:core/v1:PersistentVolume")
+    by_urn = {x["urn"]: x for x in r.resources}
+    bucket = one(r, "aws:s3/bucket:Bucket")
+    assert bucket["protect"] and bucket["retainOnDelete"] and not bucket["inputs"].get("forceDestroy")
+    block = one(r, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")["inputs"]
+    assert all(block[k] for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
+    fetchers = [x for x in r.resources if x["type"] == "aws:ec2/instance:Instance"]
+    assert len(fetchers) == 4
+    eks = one(r, "aws:eks/cluster:Cluster")["urn"]
+    for f in fetchers:
+        assert f["inputs"]["tags"]["kimi-k3/role"] == "weights-fetcher"
+        assert f["inputs"]["subnetId"] == "kimi-k3-eks-private-us-east-1a-id", "a Regional subnet with NAT egress"
+        assert eks not in f["dependsOn"], "the fetchers start at t=0, independent of the cluster"
+        assert one(r, "aws:ec2/natGateway:NatGateway")["urn"] in f["dependsOn"]
+    lt = one(r, "aws:ec2/launchTemplate:LaunchTemplate", "-fetcher-lt")["inputs"]
+    assert lt["instanceInitiatedShutdownBehavior"] == "terminate"
+    assert lt["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1}
+    assert lt["imageId"].startswith("resolve:ssm:/aws/service/ami-amazon-linux-latest/al2023")
+    addon = one(r, "aws:eks/addon:Addon", "-storage-csi-driver")["inputs"]
+    assert addon["addonName"] == "aws-mountpoint-s3-csi-driver"
+    assert json.loads(addon["configurationValues"]) == {"node": {"tolerateAllTaints": True}}
+    role = by_urn[one(r, "aws:iam/role:Role", "-mountpoint-role")["urn"]]["inputs"]
+    trust = json.loads(role["assumeRolePolicy"])["Statement"][0]
+    assert trust["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert trust["Condition"]["StringEquals"]["oidc.eks.us-east-1.amazonaws.com/id/PLACEHOLDER:sub"] == \
+        "system:serviceaccount:kube-system:s3-csi-driver-sa"
+    read = json.loads(one(r, "aws:iam/rolePolicy:RolePolicy", "-mountpoint-policy")["inputs"]["policy"])
+    assert sorted(a for st in read["Statement"] for a in st["Action"]) == ["s3:GetObject", "s3:ListBucket"]
+    pv = one(r, "kubernetes:core/v1:PersistentVolume", "-storage-pv")
     assert pv["retainOnDelete"] and not pv["protect"], "protect would keep the cluster through a teardown"
     spec = pv["inputs"]["spec"]
     assert spec["persistentVolumeReclaimPolicy"] == "Retain"
-    assert spec["csi"]["driver"] == "fsx.csi.aws.com" and spec["csi"]["volumeHandle"] == "kimi-k3-storage-fsx-id"
-    (pvc,) = by_kind(r.objects, "PersistentVolumeClaim")
+    assert spec["csi"]["driver"] == "s3.csi.aws.com"
+    assert spec["csi"]["volumeAttributes"] == {"bucketName": "kimi-k3-weights-placeholder"}
+    assert spec["mountOptions"] == ["read-only", "allow-other", "region us-east-1"]
+    (pvc,) = model_cache_pvcs(r.objects)
     assert spec["claimRef"] == {"namespace": pvc["metadata"]["namespace"], "name": pvc["metadata"]["name"]}
     assert spec["storageClassName"] == pvc["spec"]["storageClassName"] == "", "static binding, no provisioner"
+    assert r.outputs["weightsBucket"] == "kimi-k3-weights-placeholder"
+
+
+def test_fetchers_get_the_token_from_secrets_manager_not_user_data():
+    import base64
+    from kimi_k3 import aws as spec
+    text = spec.fetcher_user_data(bucket="b", prefix="moonshotai/Kimi-K3", repo="moonshotai/Kimi-K3", revision="abc",
+                                  secret_arn="arn:aws:secretsmanager:us-east-1:1:secret:t", region="us-east-1",
+                                  index=1, count=4, hub_version="1.16.4")
+    assert "aws secretsmanager get-secret-value --secret-id arn:aws:secretsmanager:us-east-1:1:secret:t" in text
+    assert "FETCHER_INDEX=1 FETCHERS=4" in text and "huggingface_hub[hf_xet]==1.16.4" in text
+    assert text.rstrip().endswith("shutdown -h now")
+    assert len(text) < 16384, "EC2 user data is limited to 16 KB"
+    script = next(line for line in text.splitlines() if line.startswith("echo '")).split("'")[1]
+    assert base64.b64decode(script) == spec.FETCH_SCRIPT.read_bytes()
+    r = render_with("gb200", hfToken="hf_plaintext_must_not_leak_456")
+    for x in r.resources:
+        assert "hf_plaintext_must_not_leak_456" not in json.dumps(x)
+    assert one(r, "aws:secretsmanager/secretVersion:SecretVersion")["inputs"]["secretString"] == "[secret]"
+
+
+OLD_FSX_SG = {  # the security group before issue 9 item 7: no self-referencing egress
+    "ingress": [{"protocol": "tcp", "from_port": 988, "to_port": 988, "cidr_blocks": ["10.64.0.0/16"]},
+                {"protocol": "tcp", "from_port": 1018, "to_port": 1023, "cidr_blocks": ["10.64.0.0/16"]},
+                {"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
+    "egress": [{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}]}
+
+
+def test_fsx_in_the_region_without_efa_and_with_a_security_group_fsx_accepts():
+    """Issue 9 items 7 and 8: no source shows FSx for Lustre in the Dallas Local Zone, so the filesystem goes to the
+    first Regional zone; EFA is off (no EFA Lustre client on the nodes); the group allows all traffic within itself
+    both ways, as FSx requires (the old group lacked the egress rule)."""
+    from kimi_k3 import aws as spec
+    assert spec.fsx_security_group_problems(OLD_FSX_SG["ingress"], OLD_FSX_SG["egress"]) == [
+        "no outbound all-traffic rule to the group itself"]
+    r = render_with("gb300", storage={"kind": "fsx-lustre", "fsx": {"storageCapacityGiB": 4800}})
+    fsx = one(r, "aws:fsx/lustreFileSystem:LustreFileSystem")
+    assert fsx["protect"] and fsx["retainOnDelete"]
+    assert fsx["inputs"]["efaEnabled"] is False
+    assert fsx["inputs"]["subnetIds"] == "kimi-k3-eks-private-us-east-1a-id"
+    sg = one(r, "aws:ec2/securityGroup:SecurityGroup", "-fsx-sg")["inputs"]
+    snake = [{"protocol": x["protocol"], "from_port": x["fromPort"], "to_port": x["toPort"], "self": x.get("self")}
+             for x in sg["ingress"]], [{"protocol": x["protocol"], "self": x.get("self")} for x in sg["egress"]]
+    assert spec.fsx_security_group_problems(*snake) == []
+    pv = one(r, "kubernetes:core/v1:PersistentVolume", "-storage-pv")["inputs"]["spec"]
+    assert pv["csi"]["driver"] == "fsx.csi.aws.com" and pv["csi"]["volumeHandle"] == "kimi-k3-storage-fsx-id"
     assert r.outputs["filesystemId"] == "kimi-k3-storage-fsx-id"
+    # An Availability Zone for the GPUs keeps the filesystem beside them.
+    az = render_with("gb300", storage={"kind": "fsx-lustre", "fsx": {"storageCapacityGiB": 4800}},
+                     cluster=eks_cluster("gb300", gpuNodes={"availabilityZone": "us-east-1b"}))
+    assert one(az, "aws:fsx/lustreFileSystem:LustreFileSystem")["inputs"]["subnetIds"] == (
+        "kimi-k3-eks-private-us-east-1b-id")
 
 
 def test_public_endpoint_restricted_to_configured_cidrs():
@@ -129,16 +205,19 @@ def test_s3_import_path_adds_a_data_repository_association():
 
 def test_efs_storage():
     r = render_with("gb300", storage={"kind": "efs"})
-    efs = one(r, "aws:efs/fileSystem:FileSystem")
+    efs = one(r, "aws:efs/fileSystem:FileSystem", "-storage-efs")
     assert efs["protect"] and efs["retainOnDelete"]
-    assert one(r, "kubernetes:core/v1:PersistentVolume")["inputs"]["spec"]["csi"]["driver"] == "efs.csi.aws.com"
-    assert one(r, "aws:eks/addon:Addon", "-csi-driver")["inputs"]["addonName"] == "aws-efs-csi-driver"
+    pv = one(r, "kubernetes:core/v1:PersistentVolume", "-storage-pv")["inputs"]["spec"]
+    assert pv["csi"]["driver"] == "efs.csi.aws.com"
+    # GPU nodes in the Dallas Local Zone mount through the Regional zone's mount target (no EFS in the Local Zone).
+    assert pv["mountOptions"] == ["tls", "az=us-east-1a"]
+    assert one(r, "aws:eks/addon:Addon", "-storage-csi-driver")["inputs"]["addonName"] == "aws-efs-csi-driver"
 
 
 def test_existing_storage_class_in_eks_mode():
     r = render_with("gb300", storage={"kind": "existing", "storageClass": "my-lustre"})
     assert not [x for x in r.resources if x["type"].startswith(("aws:fsx", "aws:efs"))]
-    (pvc,) = by_kind(r.objects, "PersistentVolumeClaim")
+    (pvc,) = model_cache_pvcs(r.objects)
     assert pvc["spec"]["storageClassName"] == "my-lustre"
     assert "filesystemId" not in r.outputs
 
@@ -227,7 +306,8 @@ def test_dependency_order(stack, rendered):
     job = one(r, "kubernetes:batch/v1:Job", "-model-cache-download")["urn"]
     down = ancestors(job)
     assert gpu_nodes not in down, "the download overlaps GPU provisioning"
-    assert one(r, "aws:fsx/lustreFileSystem:LustreFileSystem")["urn"] in down
+    assert one(r, "aws:s3/bucket:Bucket")["urn"] in down
+    assert {x["urn"] for x in r.resources if x["type"] == "aws:ec2/instance:Instance"} <= down, "verified after the fetchers"
     assert one(r, "aws:eks/nodeGroup:NodeGroup", "-system-nodes")["urn"] in down
     assert not any(by_urn[u]["type"] == "kubernetes:helm.sh/v3:Release" for u in down), "download needs no add-on"
     dra, dyn = release(r, "dra-driver-nvidia-gpu")["urn"], release(r, "dynamo-platform")["urn"]
@@ -318,16 +398,22 @@ BAD = {
         "gb300", {"cluster": eks_cluster("gb300", publicAccessCidrs=["203.0.113.0/33"])},
         ["kimi-k3:cluster.publicAccessCidrs", "203.0.113.0/33", "not an IPv4 CIDR", "allowed: e.g."]),
     "FSx throughput PERSISTENT_2 does not offer": (
-        "gb300", {"storage": {"fsx": {"perUnitStorageThroughput": 300}}},
+        "gb300", {"storage": {"kind": "fsx-lustre", "fsx": {"perUnitStorageThroughput": 300}}},
         ["kimi-k3:storage.fsx.perUnitStorageThroughput", "300", "allowed: 125, 250, 500, 1000"]),
+    "FSx with EFA but no EFA Lustre clients": (
+        "gb300", {"storage": {"kind": "fsx-lustre", "fsx": {"efaEnabled": True}}},
+        ["kimi-k3:storage.fsx.efaEnabled", "true", "mount over TCP", "allowed: false"]),
+    "compile cache volume outside eks mode": (
+        "gb300", {"cluster": {"mode": "render"}, "storage": {"storageClass": "fsx", "compileCache": "efs"}},
+        ["kimi-k3:storage.compileCache", "efs", "allowed here: none"]),
     "Kubernetes without DRA GA": (
         "gb300", {"cluster": {"mode": "eks", "kubernetesVersion": "1.33"}},
         ["kimi-k3:cluster.kubernetesVersion", "1.33", "allowed: 1.34 or later"]),
     "FSx size that PERSISTENT_2 does not offer": (
-        "gb300", {"storage": {"fsx": {"storageCapacityGiB": 3000}}},
+        "gb300", {"storage": {"kind": "fsx-lustre", "fsx": {"storageCapacityGiB": 3000}}},
         ["kimi-k3:storage.fsx.storageCapacityGiB", "3000", "multiple of 2400"]),
     "FSx smaller than the cache": (
-        "gb300", {"storage": {"fsx": {"storageCapacityGiB": 1200}}},
+        "gb300", {"storage": {"kind": "fsx-lustre", "fsx": {"storageCapacityGiB": 1200}}},
         ["kimi-k3:storage.fsx.storageCapacityGiB", "1200", "allowed: 2400"]),
     "fsx outside eks mode": (
         "gb300", {"cluster": {"mode": "existing"}, "storage": {"kind": "fsx-lustre"}},
@@ -509,7 +595,7 @@ def test_least_privilege_holds_and_the_check_fails_on_the_old_forms(stack, rende
     assert least_privilege_problems(res) == []
 
     def hop2(r):
-        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate":
+        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and r["name"].endswith("-gpu-lt"):
             r["inputs"]["metadataOptions"]["httpPutResponseHopLimit"] = 2
 
     def anywhere(r):
@@ -528,7 +614,8 @@ def test_least_privilege_holds_and_the_check_fails_on_the_old_forms(stack, rende
         "IMDS hop limit 2"]
     assert "whole internet" in " ".join(least_privilege_problems(old_form(res, anywhere)))
     assert "on a node role" in " ".join(least_privilege_problems(cni_on_node))
-    assert len(least_privilege_problems(old_form(res, no_role))) == 2, "vpc-cni and the CSI driver"
+    assert len(least_privilege_problems(old_form(res, no_role))) == 3, \
+        "vpc-cni, the Mountpoint driver (weights) and the EFS driver (compile cache)"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -556,9 +643,9 @@ def test_node_role_has_no_cni_policy_and_cni_uses_its_own_role(stack, rendered):
                                                    ("efs", "efs-csi-controller-sa")])
 def test_csi_driver_has_its_own_role_with_no_permissions(kind, service_account):
     r = render_with("gb300", storage={"kind": kind})
-    addon = one(r, "aws:eks/addon:Addon", "-csi-driver")["inputs"]
+    addon = one(r, "aws:eks/addon:Addon", "-storage-csi-driver")["inputs"]
     assert addon["serviceAccountRoleArn"].endswith("role/kimi-k3-storage-csi-controller-placeholder")
-    trust = json.loads(one(r, "aws:iam/role:Role", "-csi-controller")["inputs"]["assumeRolePolicy"])["Statement"][0]
+    trust = json.loads(one(r, "aws:iam/role:Role", "-storage-csi-controller")["inputs"]["assumeRolePolicy"])["Statement"][0]
     assert f"system:serviceaccount:kube-system:{service_account}" in trust["Condition"]["StringEquals"].values()
     assert not [x for x in r.resources if x["type"] == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
                 and x["inputs"]["role"] == "kimi-k3-storage-csi-controller-placeholder"], "static PV: no FSx/EFS API"
@@ -573,7 +660,7 @@ def test_ways_to_open_access_when_needed():
                                                          allowPublicEndpointFromAnywhere=True))
     assert one(anywhere, "aws:eks/cluster:Cluster")["inputs"]["vpcConfig"]["publicAccessCidrs"] == ["0.0.0.0/0"]
     hop2 = render_with("gb300", cluster=eks_cluster("gb300", gpuNodes={"imdsHopLimit": 2}))
-    assert one(hop2, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["metadataOptions"][
+    assert one(hop2, "aws:ec2/launchTemplate:LaunchTemplate", "-gpu-lt")["inputs"]["metadataOptions"][
         "httpPutResponseHopLimit"] == 2
 
 
@@ -583,7 +670,9 @@ HOURLY = ("aws:eks/cluster:Cluster", "aws:eks/nodeGroup:NodeGroup", "aws:ec2/nat
           "aws:ec2/vpcEndpoint:VpcEndpoint", "aws:eks/addon:Addon")
 KEPT_TYPES = {"aws:ec2/vpc:Vpc", "aws:ec2/subnet:Subnet", "aws:ec2/securityGroup:SecurityGroup",
               "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation",
-              "aws:efs/fileSystem:FileSystem", "kimi-k3:aws:GpuCluster", "kimi-k3:aws:ModelStorage"}
+              "aws:efs/fileSystem:FileSystem", "aws:s3/bucket:Bucket",
+              "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "kimi-k3:aws:GpuCluster",
+              "kimi-k3:aws:ModelStorage"}
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -602,9 +691,13 @@ def test_park_keeps_only_the_weights_and_their_network_unchanged(stack, rendered
     gone = [x for u, x in full.items() if u not in kept]
     assert {t for t in HOURLY} <= {x["type"] for x in gone}, "every hourly-billed piece is deleted"
     assert not any(x["protect"] for x in gone), "a protected resource would stop the parking `up`"
-    (fsx,) = [x for x in kept.values() if x["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem"]
-    assert fsx["protect"] and fsx["retainOnDelete"]
-    assert parked.outputs == {"filesystemId": rendered[stack].outputs["filesystemId"], "parked": True}
+    # The stacks keep their weights in the bucket (storage kind s3): it stays, the fetchers and the token go.
+    (bucket,) = [x for x in kept.values() if x["type"] == "aws:s3/bucket:Bucket"]
+    assert bucket["protect"] and bucket["retainOnDelete"]
+    assert not [x for x in kept.values() if x["type"] in ("aws:ec2/instance:Instance",
+                                                           "aws:secretsmanager/secret:Secret")]
+    assert parked.outputs == {"filesystemId": rendered[stack].outputs["filesystemId"], "parked": True,
+                              "weightsBucket": rendered[stack].outputs["weightsBucket"]}
 
 
 def test_existing_cluster_destroy_passes_and_keeps_the_cache_claim():

@@ -67,7 +67,7 @@ STACK_CASES = {
                                              ["Pulumi.bad.yaml line", "not valid YAML"]),
     "stack file: not a mapping": StackCase("gb300", lambda text: "- kimi-k3:recipe\n- gb300\n",
                                            ["Pulumi.bad.yaml", "allowed: a mapping with a `config:` mapping"]),
-    # A misspelt namespace would drop a whole block (the FSx size and with it ~22 min of cold start).
+    # A misspelt namespace would drop a whole block (the storage kind, and with it the fetch at t=0).
     "namespace typo kimik3": StackCase("gb300", replace("kimi-k3:storage:", "kimik3:storage:"),
                                        ["kimik3:storage", "unknown config namespace 'kimik3'", "did you mean 'kimi-k3'",
                                         "allowed: kimi-k3"]),
@@ -94,9 +94,9 @@ STACK_CASES = {
                                           ['capacityReservationId = "r-123"', "allowed: cr- then 8-17"]),
     "shared memory not a quantity": StackCase("gb300", append("  kimi-k3:serving:\n    roles:\n      decode:\n        sharedMemorySize: 16GB\n"),
                                               ['kimi-k3:serving.roles.decode.sharedMemorySize = "16GB"', "allowed: a Kubernetes quantity"]),
-    "unknown nested key, misspelt": StackCase("gb300", replace("storageCapacityGiB:", "storageCapacityGib:"),
-                                              ["kimi-k3:storage.fsx.storageCapacityGib", "unknown key",
-                                               "did you mean 'storageCapacityGiB'"]),
+    "unknown nested key, misspelt": StackCase("gb300", replace("ultraServerNodes:", "ultraServerNode:"),
+                                              ["kimi-k3:cluster.gpuNodes.ultraServerNode", "unknown key",
+                                               "did you mean 'ultraServerNodes'"]),
 }
 
 

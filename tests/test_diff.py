@@ -83,7 +83,12 @@ def test_one_recipe_value_is_exactly_the_change(repo):
     assert res["added"] == res["removed"] == []
     (changed,) = res["changed"]
     assert (changed["type"], changed["options"]) == (DGD, [])
-    assert changed["inputs"] == [{"path": DECODE_ARGS, "flag": "--max-num-seqs", "before": ["256"], "after": ["128"]}]
+    # A changed flag also moves the role to its own compile-cache directory (keyed by image + flags, issue 15).
+    flag_change, cache_dir = changed["inputs"]
+    assert flag_change == {"path": DECODE_ARGS, "flag": "--max-num-seqs", "before": ["256"], "after": ["128"]}
+    assert cache_dir["path"] == \
+        "spec.components[DecodeWorker].podTemplate.spec.containers[main].volumeMounts[compile-cache].subPath"
+    assert cache_dir["before"] != cache_dir["after"]
     assert stacks["gb300-disagg"]["summary"] == \
         "gb300-disagg: 1 changed, 0 added, 0 removed; GPUs 24; nodes 6; violations 0"
     md = diff.markdown(report)

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, STACKS, by_kind, env_of, flag, main_container, render_with, workers
+from conftest import ROOT, STACKS, by_kind, env_of, model_cache_pvcs, flag, main_container, render_with, workers
 
 # The GPU/node totals per upstream profile (README stacks table).
 EXPECTED = {"gb200": (16, 4), "gb200-disagg": (32, 8), "gb300": (16, 4), "gb300-disagg": (24, 6)}
@@ -75,7 +75,7 @@ def test_tp_fills_whole_nodes(stack, rendered):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_model_path_is_absolute_under_the_read_only_cache_mount(stack, rendered):
-    (pvc,) = by_kind(rendered[stack].objects, "PersistentVolumeClaim")
+    (pvc,) = model_cache_pvcs(rendered[stack].objects)
     paths = set()
     for c in workers(dgd_of(rendered[stack])):
         spec = c["podTemplate"]["spec"]
@@ -137,7 +137,8 @@ def test_tp_groups_pinned_to_one_nvlink_clique(stack, rendered):
 
 
 def _resource(r, type_suffix, name_suffix=""):
-    (res,) = [x for x in r.resources if x["type"].endswith(type_suffix) and x["name"].endswith(name_suffix)]
+    (res,) = [x for x in r.resources if x["type"].endswith(type_suffix) and x["name"].endswith(name_suffix)
+              and "compile-cache" not in x["name"]]
     return res
 
 
@@ -163,12 +164,20 @@ def test_download_verified_before_workers_start(stack, rendered):
     for cd in [x for x in r.resources if x["type"].endswith(":ComputeDomain")]:
         assert cd["urn"] in dgd["dependsOn"]
     assert _resource(r, ":PersistentVolumeClaim")["urn"] in job["dependsOn"]
-    assert _resource(r, ":Secret")["urn"] in job["dependsOn"]
+    assert _resource(r, "core/v1:Secret")["urn"] in job["dependsOn"]
     spec = job["inputs"]["spec"]["template"]["spec"]
-    assert "hf download" in spec["initContainers"][0]["args"][0]
+    # storage kind s3: the EC2 fetchers download from t=0; the Job runs no `hf download`, it waits for them (it
+    # starts after they launched) and verifies every shard on the read-only bucket mount before any worker starts.
+    assert "hf download" not in spec["initContainers"][0]["args"][0]
+    fetchers = [x["urn"] for x in r.resources if x["type"] == "aws:ec2/instance:Instance"]
+    assert len(fetchers) == 4 and set(fetchers) <= set(job["dependsOn"])
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert env["VERIFY_WAIT_SECONDS"] == job["inputs"]["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]
+    assert env["VERIFY_WRITE_MARKER"] == "0"
+    assert all(m.get("readOnly") for m in spec["containers"][0]["volumeMounts"] if m["name"] == "model-cache")
     assert spec["containers"][0]["command"][-1].endswith("verify_checkpoint.py")
     assert job["inputs"]["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Complete"
-    assert spec["nodeSelector"] == {"kimi-k3.io/node-role": "system"}, "eks: the download never takes a GPU node"
+    assert spec["nodeSelector"] == {"kimi-k3.io/node-role": "system"}, "eks: the Job never takes a GPU node"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -215,7 +224,7 @@ def test_hf_token_never_rendered_in_plaintext(tmp_path):
     r.write(tmp_path)
     for name in ("manifests.yaml", "resources.json"):
         assert token not in (tmp_path / name).read_text()
-    secret = _resource(r, ":Secret")
+    secret = _resource(r, "core/v1:Secret")
     assert secret["inputs"]["stringData"] == {"HF_TOKEN": "[secret]"}
 
 

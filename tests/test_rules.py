@@ -201,6 +201,13 @@ def test_model_cache_retained_needs_retain_and_no_protect_on_the_claim():
     kept = rules.ResourceInfo("aws:fsx/lustreFileSystem:LustreFileSystem", "cache", None, True, True)
     assert "model-cache-retained" not in fired(objects, resources=protected(objects) + [kept]), \
         "a protected filesystem is fine: its teardown keeps only AWS network pieces"
+    # The weights bucket (storage kind s3) is the cache too; the compile-cache EFS holds reproducible artifacts.
+    bucket = rules.ResourceInfo("aws:s3/bucket:Bucket", "kimi-k3-storage-weights", None, False, False)
+    assert "model-cache-retained" in fired(objects, resources=protected(objects) + [bucket])
+    kept_bucket = rules.ResourceInfo("aws:s3/bucket:Bucket", "kimi-k3-storage-weights", None, True, True)
+    assert "model-cache-retained" not in fired(objects, resources=protected(objects) + [kept_bucket])
+    scratch = rules.ResourceInfo("aws:efs/fileSystem:FileSystem", "kimi-k3-storage-compile-cache", None, False, False)
+    assert "model-cache-retained" not in fired(objects, resources=protected(objects) + [scratch])
 
 
 def test_model_cache_retained_not_evaluated_from_manifests_or_without_retain_visibility():

@@ -55,10 +55,10 @@ def test_core_objects_validate_against_kubernetes_schemas(stack, rendered):
     # offline (kube-prometheus-stack brings the CRDs) and are checked in tests/test_monitoring.py.
     core = [o for o in rendered[stack].objects if o["kind"] not in ("ComputeDomain", "DynamoGraphDeployment")
             and not o["apiVersion"].startswith("monitoring.coreos.com/")]
-    # eks stacks add the static PersistentVolume that binds the cache to the protected FSx filesystem; the fabric
-    # preflight adds a headless Service
+    # eks stacks add the static PersistentVolumes that bind the weights bucket and the compile cache, and the
+    # DaemonSet that pre-pulls the runtime image onto the GPU nodes; the fabric preflight adds a headless Service
     assert {o["kind"] for o in core} == {"Namespace", "Secret", "ConfigMap", "PersistentVolumeClaim", "Job",
-                                         "PersistentVolume", "Service"}
+                                         "PersistentVolume", "Service", "DaemonSet"}
     for obj in core:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 

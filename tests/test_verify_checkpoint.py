@@ -61,3 +61,38 @@ def test_main_marks_a_verified_cache_and_exits_nonzero_otherwise(checkpoint, mon
     assert vc.main() == 1
     assert "missing: model-00001-of-00002.safetensors" in capsys.readouterr().out
     assert not (checkpoint / vc.MARKER).exists()
+
+
+def test_waits_for_weights_arriving_from_outside_and_asks_the_hub_once(checkpoint, capsys):
+    """Storage kind s3: the Job starts while the fetchers still upload; it polls the (read-only) mount until every
+    shard is there at the Hub's size, and fails at the deadline with what is still missing."""
+    second = checkpoint / "model-00002-of-00002.safetensors"
+    second.unlink()
+    calls, now = [], [0.0]
+
+    def asked(paths):
+        calls.append(list(paths))
+        return hub(SHARDS)(paths)
+
+    def sleep(seconds):  # the fetcher's upload lands during the second wait
+        now[0] += seconds
+        if now[0] >= 2 * vc.POLL_SECONDS:
+            second.write_bytes(b"x" * 7)
+
+    assert vc.verify_until(checkpoint, asked, 3600, sleep=sleep, clock=lambda: now[0]) == []
+    assert len(calls) == 1, "the Hub is asked once; only the mount is polled"
+    assert "waiting for the checkpoint" in capsys.readouterr().out
+    second.unlink()
+    now[0] = 0.0
+    late = vc.verify_until(checkpoint, hub(SHARDS), 60, sleep=lambda s: now.__setitem__(0, now[0] + s),
+                           clock=lambda: now[0])
+    assert late == ["missing: model-00002-of-00002.safetensors"]
+
+
+def test_read_only_volume_gets_no_marker(checkpoint, monkeypatch):
+    monkeypatch.setenv("MODEL_PATH", str(checkpoint))
+    monkeypatch.setenv("MODEL_REPO", "moonshotai/Kimi-K3")
+    monkeypatch.setenv("MODEL_REVISION", "abc123")
+    monkeypatch.setenv("VERIFY_WRITE_MARKER", "0")
+    monkeypatch.setattr(vc, "_hub_sizes", lambda repo, rev, token: hub(SHARDS))
+    assert vc.main() == 0 and not (checkpoint / vc.MARKER).exists()

@@ -77,6 +77,7 @@ class GpuCluster(pulumi.ComponentResource):
         public = [s for s in args.subnets if s.public]
         private = [s for s in args.subnets if not s.public]
         self.system_subnet_ids = [subnets[s.name].id for s in private if s.role == "system"]
+        self.private_subnet_ids = {s.zone: subnets[s.name].id for s in private}
         gpu_subnet = next((s for s in private if s.zone == args.gpu.availability_zone))
         self.gpu_subnet_id = subnets[gpu_subnet.name].id
         if args.parked:  # same names and inputs as below, so the kept pieces are unchanged
@@ -93,11 +94,14 @@ class GpuCluster(pulumi.ComponentResource):
                                  tags=tags, opts=child(igw))
         private_rt = aws.ec2.RouteTable(f"{name}-private-rt", vpc_id=self.vpc.id, routes=[
             {"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}], tags=tags, opts=child())
-        for s in private:
-            aws.ec2.RouteTableAssociation(f"{name}-{s.name}-rta", subnet_id=subnets[s.name].id,
-                                          route_table_id=private_rt.id, opts=child())
-        aws.ec2.VpcEndpoint(f"{name}-s3-endpoint", vpc_id=self.vpc.id, service_name=f"com.amazonaws.{c.region}.s3",
-                            vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id], tags=tags, opts=child())
+        private_rtas = [aws.ec2.RouteTableAssociation(f"{name}-{s.name}-rta", subnet_id=subnets[s.name].id,
+                                                      route_table_id=private_rt.id, opts=child())
+                        for s in private]
+        s3_endpoint = aws.ec2.VpcEndpoint(
+            f"{name}-s3-endpoint", vpc_id=self.vpc.id, service_name=f"com.amazonaws.{c.region}.s3",
+            vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id], tags=tags, opts=child())
+        # What a machine in a private subnet needs to reach the internet (NAT) and S3 (gateway endpoint).
+        self.egress_ready = [nat, private_rt, *private_rtas, s3_endpoint]
 
         # --- control plane ---
         cluster_role = aws.iam.Role(f"{name}-cluster-role", assume_role_policy=_assume("eks.amazonaws.com"),

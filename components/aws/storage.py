@@ -1,18 +1,22 @@
-"""ModelStorage: the filesystem that holds the weights (FSx for Lustre or EFS), its CSI driver and a static PV."""
+"""ModelStorage: where the weights live (an S3 bucket filled by fetchers at t=0, FSx for Lustre or EFS), their CSI
+driver and a static PV; and the shared compile-cache volume (EFS) the workers keep JIT and compile artifacts on."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from kimi_k3 import aws as spec
+from kimi_k3 import manifests
 from kimi_k3.config import StorageConfig
+from kimi_k3.critical_path import FETCHER_ROLE
 
 from .iam import Oidc, service_account_role
 
-CSI = {"fsx-lustre": ("aws-fsx-csi-driver", "fsx.csi.aws.com"), "efs": ("aws-efs-csi-driver", "efs.csi.aws.com")}
+CSI = {"fsx-lustre": ("aws-fsx-csi-driver", "fsx.csi.aws.com"), "efs": ("aws-efs-csi-driver", "efs.csi.aws.com"),
+       "s3": (spec.MOUNTPOINT_ADDON, spec.MOUNTPOINT_DRIVER)}
 # The CSI controllers' service accounts (EKS add-ons aws-fsx-csi-driver, aws-efs-csi-driver).
 CSI_CONTROLLER_SA = {"fsx-lustre": "fsx-csi-controller-sa", "efs": "efs-csi-controller-sa"}
 
@@ -21,25 +25,38 @@ class ModelStorageArgs:
     def __init__(self, storage: StorageConfig, cluster_name: pulumi.Input[str], vpc_id: pulumi.Input[str],
                  vpc_cidr: str, subnet_id: pulumi.Input[str], mount_subnet_ids: list[pulumi.Input[str]],
                  claim_namespace: str, claim_name: str, cache_path_in_fs: str, size_gi: int,
-                 wait_for: Optional[list[pulumi.Resource]] = None, tags: Optional[dict[str, str]] = None,
-                 oidc: Optional[Oidc] = None, parked: bool = False):
+                 wait_for: Optional[list[pulumi.Resource]] = None, tags: Optional[dict[str, str]] = None, *,
+                 region: str = "us-east-1", efs_mount_options: Sequence[str] = ("tls",),
+                 hf_token: Optional[pulumi.Input[str]] = None, model_repo: str = "", model_revision: str = "main",
+                 hub_version: str = "", fetcher_subnet_id: Optional[pulumi.Input[str]] = None,
+                 egress_ready: Sequence[pulumi.Resource] = (), oidc: Optional[Oidc] = None,
+                 compile_cache: bool = False, namespace: Optional[pulumi.Resource] = None, parked: bool = False):
         """
-        :param storage: `kimi-k3:storage` (kind fsx-lustre or efs, sizes, throughput, optional S3 import path).
-        :param cluster_name: the EKS cluster, for the CSI driver add-on.
-        :param vpc_id: VPC of the filesystem's security group.
+        :param storage: `kimi-k3:storage` (kind s3, fsx-lustre or efs, sizes, fetchers, compile cache).
+        :param cluster_name: the EKS cluster, for the CSI driver add-ons.
+        :param vpc_id: VPC of the security groups.
         :param vpc_cidr: clients allowed to mount (the node subnets are inside it).
-        :param subnet_id: the filesystem's subnet: the GPU nodes' zone, where the weights are read.
-        :param mount_subnet_ids: EFS mount targets (one per zone).
-        :param claim_namespace: namespace of the model-cache PVC the PV is pre-bound to.
-        :param claim_name: name of that PVC.
-        :param cache_path_in_fs: where the checkpoint lives inside the filesystem (for the S3 association).
-        :param size_gi: capacity the PV advertises (>= the PVC's request).
-        :param wait_for: what the CSI driver add-on needs (nodes to run on: the system node group).
+        :param subnet_id: the filesystem's subnet (kimi_k3.aws.storage_zone: the GPU zone unless it is a Local Zone).
+        :param mount_subnet_ids: EFS mount targets (one per control-plane zone).
+        :param claim_namespace: namespace of the PVCs the PVs are pre-bound to.
+        :param claim_name: name of the model-cache PVC.
+        :param cache_path_in_fs: where the checkpoint lives inside the filesystem or bucket (/<repo>).
+        :param size_gi: capacity the model-cache PV advertises (>= the PVC's request).
+        :param wait_for: what the CSI driver add-ons need (nodes to run on: the system node group).
         :param tags: tags on every AWS resource.
-        :param oidc: the cluster's IAM OIDC provider: the CSI controller gets its own IRSA role, not the node role.
-        :param parked: only the filesystem (and its S3 association, security group): no cluster to mount it in.
+        :param region: the stack's Region (Mountpoint's bucket Region, the fetchers' CLI).
+        :param efs_mount_options: EFS mount helper options (kimi_k3.aws.efs_mount_options).
+        :param hf_token: Hugging Face token (a Pulumi secret) the fetchers read from Secrets Manager (kind s3).
+        :param model_repo: / model_revision / hub_version: what the fetchers download, with which huggingface_hub.
+        :param fetcher_subnet_id: private subnet with NAT egress and the S3 gateway endpoint, for the fetchers.
+        :param egress_ready: what the fetchers' egress needs (NAT gateway, route table associations).
+        :param oidc: the cluster's IAM OIDC provider: each CSI driver gets its own IRSA role, not the node role
+            (the Mountpoint driver's may read the bucket; the FSx/EFS controllers' have no permissions).
+        :param compile_cache: create the shared compile-cache volume (EFS) and its PV + PVC.
+        :param namespace: the serving namespace, which the compile-cache PVC lives in.
+        :param parked: only what holds the weights (the bucket; a filesystem with its S3 association and security
+            group): no cluster to mount it in, no fetchers.
         """
-        self.oidc = oidc
         self.parked = parked
         self.wait_for = wait_for or []
         self.storage = storage
@@ -53,16 +70,34 @@ class ModelStorageArgs:
         self.cache_path_in_fs = cache_path_in_fs
         self.size_gi = size_gi
         self.tags = tags or {}
+        self.region = region
+        self.efs_mount_options = list(efs_mount_options)
+        self.hf_token = hf_token
+        self.model_repo = model_repo
+        self.model_revision = model_revision
+        self.hub_version = hub_version
+        self.fetcher_subnet_id = fetcher_subnet_id
+        self.egress_ready = list(egress_ready)
+        self.oidc = oidc
+        self.compile_cache = compile_cache
+        self.namespace = namespace
+
+
+def _assume(service: str) -> str:
+    import json
+    return json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}]})
 
 
 class ModelStorage(pulumi.ComponentResource):
-    """The weights' filesystem, protected and retained, bound to the model-cache PVC through a static PV (Retain).
+    """The weights' store, protected and retained, bound to the model-cache PVC through a static PV (Retain).
 
     Teardown (`pulumi destroy --exclude-protected`, `make down`) keeps what is protected and everything it depends
-    on: the filesystem, its S3 association, security group, subnet and VPC. Nothing in Kubernetes is protected
-    (protect would keep its provider, and so the EKS cluster); the PV is only retained.
+    on: the bucket or filesystem, its S3 association, security group, subnet and VPC. Nothing in Kubernetes is
+    protected (protect would keep its provider, and so the EKS cluster); the PV is only retained.
 
-    `storage_class` is "" (static binding); `ready` is what the download Job must wait for (nothing GPU-related)."""
+    `storage_class` is "" (static binding); `ready` is what the model-cache Job must wait for (nothing GPU-related;
+    with kind s3 it includes the fetchers, so the Job's verification follows them)."""
 
     filesystem_id: pulumi.Output[str]
     storage_class: str
@@ -75,14 +110,23 @@ class ModelStorage(pulumi.ComponentResource):
         keep = pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True)
         child = pulumi.ResourceOptions(parent=self)
         addon_name, driver = CSI[kind]
-        if kind == "fsx-lustre":
+        self.ready: list[pulumi.Resource] = []
+        self.bucket_name: Optional[pulumi.Output[str]] = None
+        mount_options: Optional[list[str]] = None
+        addon_args: dict[str, Any] = {}
+        if kind == "s3":
+            handle, attributes, mount_options, addon_args = self._s3(name, args, tags, keep, child)
+        elif kind == "fsx-lustre":
             f = s.fsx
+            # FSx needs LNET (988, 1018-1023) from its clients; all traffic within the group both ways is what an
+            # EFA-enabled file system requires (FSx "EFA-enabled security groups"), harmless without EFA.
             sg = aws.ec2.SecurityGroup(
-                f"{name}-fsx-sg", vpc_id=args.vpc_id, description="FSx for Lustre: LNET from the VPC, EFA within",
+                f"{name}-fsx-sg", vpc_id=args.vpc_id, description="FSx for Lustre: LNET from the VPC, all within",
                 ingress=[{"protocol": "tcp", "from_port": 988, "to_port": 988, "cidr_blocks": [args.vpc_cidr]},
                          {"protocol": "tcp", "from_port": 1018, "to_port": 1023, "cidr_blocks": [args.vpc_cidr]},
                          {"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
-                egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
+                egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True},
+                        {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
                 tags=tags, opts=child)
             fs = aws.fsx.LustreFileSystem(
                 f"{name}-fsx", deployment_type="PERSISTENT_2", storage_type="SSD",
@@ -91,7 +135,7 @@ class ModelStorage(pulumi.ComponentResource):
                 metadata_configuration={"mode": "AUTOMATIC"}, data_compression_type="NONE",
                 subnet_ids=args.subnet_id, security_group_ids=[sg.id], tags={**tags, "Name": f"{name}-fsx"},
                 opts=keep)
-            self.ready: list[pulumi.Resource] = [fs]
+            self.ready.append(fs)
             if f.s3_import_path:
                 # Weights pre-staged in the user's bucket appear in the cache path and load lazily from S3.
                 self.ready.append(aws.fsx.DataRepositoryAssociation(
@@ -102,39 +146,23 @@ class ModelStorage(pulumi.ComponentResource):
                     # Kept with the filesystem: a path holds one association, so a recreated one would collide.
                     opts=pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True)))
             self.filesystem_id = fs.id
-            handle: Any = fs.id
-            attributes: Any = pulumi.Output.all(fs.dns_name, fs.mount_name).apply(
+            handle = fs.id
+            attributes = pulumi.Output.all(fs.dns_name, fs.mount_name).apply(
                 lambda a: {"dnsname": a[0], "mountname": a[1]})
             mount_options = ["flock"]
         else:  # efs
-            sg = aws.ec2.SecurityGroup(
-                f"{name}-efs-sg", vpc_id=args.vpc_id, description="EFS: NFS from the VPC",
-                ingress=[{"protocol": "tcp", "from_port": 2049, "to_port": 2049, "cidr_blocks": [args.vpc_cidr]}],
-                egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
-                tags=tags, opts=child)
-            fs = aws.efs.FileSystem(f"{name}-efs", encrypted=True, performance_mode="generalPurpose",
-                                    throughput_mode=s.efs.throughput_mode, tags={**tags, "Name": f"{name}-efs"},
-                                    opts=keep)
-            targets = [] if args.parked else [
-                aws.efs.MountTarget(f"{name}-efs-mt-{i}", file_system_id=fs.id, subnet_id=sid, security_groups=[sg.id],
-                                    opts=child) for i, sid in enumerate(args.mount_subnet_ids)]
-            self.ready = [fs, *targets]
+            fs, targets = self._efs(f"{name}-efs", args, tags, keep, child, s.efs.throughput_mode)
+            self.ready += [fs, *targets]
             self.filesystem_id = fs.id
-            handle, attributes, mount_options = fs.id, {}, None
+            handle, attributes, mount_options = fs.id, {}, args.efs_mount_options
         self.storage_class = ""
         if args.parked:
             self.register_outputs({"filesystemId": self.filesystem_id, "kind": kind, "parked": True})
             return
-        # The controller's own identity (IRSA) with no AWS permissions: the static PV needs no FSx/EFS API call (no
-        # dynamic provisioning); without it the controller would fall back to the node role. Dynamic provisioning
-        # would need AmazonFSxFullAccess / AmazonEFSCSIDriverPolicy on this role (docs/aws.md).
-        csi_role = None
-        if args.oidc is not None:
-            csi_role, _ = service_account_role(f"{name}-csi-controller", args.oidc, "kube-system",
-                                               CSI_CONTROLLER_SA[kind], [], self, tags)
+        if kind != "s3":
+            addon_args = self._controller_identity(f"{name}-csi-controller", kind, args, tags)
         addon = aws.eks.Addon(f"{name}-csi-driver", cluster_name=args.cluster_name, addon_name=addon_name,
-                              service_account_role_arn=csi_role.arn if csi_role else None,
-                              resolve_conflicts_on_create="OVERWRITE", tags=tags,
+                              resolve_conflicts_on_create="OVERWRITE", tags=tags, **addon_args,
                               opts=pulumi.ResourceOptions(parent=self, depends_on=args.wait_for))
         self.ready.append(addon)
         pv = spec.static_pv(args.claim_name, args.size_gi, driver, handle, attributes,
@@ -143,5 +171,118 @@ class ModelStorage(pulumi.ComponentResource):
             f"{name}-pv", metadata=pv["metadata"], spec=pv["spec"],
             opts=pulumi.ResourceOptions(parent=self, provider=provider, retain_on_delete=True))
         self.ready.append(self.volume)
-        self.storage_class = ""
-        self.register_outputs({"filesystemId": self.filesystem_id, "kind": kind})
+        self.compile_cache_ready: list[pulumi.Resource] = []
+        if args.compile_cache:
+            self._compile_cache(name, args, tags, child, provider, efs_addon=addon if kind == "efs" else None)
+        outputs: dict[str, Any] = {"filesystemId": self.filesystem_id, "kind": kind}
+        if self.bucket_name is not None:
+            outputs["bucket"] = self.bucket_name
+        self.register_outputs(outputs)
+
+    def _s3(self, name: str, args: ModelStorageArgs, tags: dict[str, str], keep: pulumi.ResourceOptions,
+            child: pulumi.ResourceOptions):
+        """The weights bucket (protected, retained, never force-destroyed), the fetchers that fill it from t=0, and
+        the Mountpoint driver's read-only access (IRSA)."""
+        s3 = args.storage.s3
+        bucket = aws.s3.Bucket(f"{name}-weights", bucket_prefix="kimi-k3-weights-", force_destroy=False,
+                               tags={**tags, "Name": f"{name}-weights"}, opts=keep)
+        aws.s3.BucketPublicAccessBlock(f"{name}-weights-private", bucket=bucket.id, block_public_acls=True,
+                                       block_public_policy=True, ignore_public_acls=True,
+                                       restrict_public_buckets=True, opts=child)
+        self.bucket_name = bucket.bucket
+        self.filesystem_id = bucket.bucket
+        if args.parked:
+            self.ready += [bucket]
+            return None, None, None, {}
+        prefix = args.cache_path_in_fs.strip("/")
+        # The token reaches the fetchers through Secrets Manager, never through user data (visible to ec2:Describe*).
+        secret = aws.secretsmanager.Secret(f"{name}-hf-token", recovery_window_in_days=0, tags=tags, opts=child)
+        version = aws.secretsmanager.SecretVersion(f"{name}-hf-token-value", secret_id=secret.id,
+                                                   secret_string=args.hf_token, opts=child)
+        role = aws.iam.Role(f"{name}-fetcher-role", assume_role_policy=_assume("ec2.amazonaws.com"), tags=tags,
+                            opts=child)
+        policy = aws.iam.RolePolicy(f"{name}-fetcher-policy", role=role.id, policy=pulumi.Output.all(
+            bucket.arn, secret.arn).apply(lambda a: spec.fetcher_policy(a[0], a[1])), opts=child)
+        profile = aws.iam.InstanceProfile(f"{name}-fetcher-profile", role=role.name, tags=tags, opts=child)
+        sg = aws.ec2.SecurityGroup(f"{name}-fetcher-sg", vpc_id=args.vpc_id,
+                                   description="weights fetchers: egress only (Hub over NAT, S3 over the endpoint)",
+                                   egress=[{"protocol": "-1", "from_port": 0, "to_port": 0,
+                                            "cidr_blocks": ["0.0.0.0/0"]}], tags=tags, opts=child)
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-fetcher-lt", image_id=spec.FETCHER_AMI, instance_type=s3.fetcher_instance_type,
+            iam_instance_profile={"arn": profile.arn}, vpc_security_group_ids=[sg.id],
+            instance_initiated_shutdown_behavior="terminate",
+            metadata_options={"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 1},
+            block_device_mappings=[{"device_name": "/dev/xvda", "ebs": {
+                "volume_size": 30, "volume_type": "gp3", "delete_on_termination": "true", "encrypted": "true"}}],
+            tags=tags, opts=child)
+        fetchers = []
+        for i in range(s3.fetchers):
+            user_data = pulumi.Output.all(bucket.bucket, secret.arn).apply(
+                lambda a, i=i: spec.b64(spec.fetcher_user_data(
+                    bucket=a[0], prefix=prefix, repo=args.model_repo, revision=args.model_revision, secret_arn=a[1],
+                    region=args.region, index=i, count=s3.fetchers, hub_version=args.hub_version)))
+            fetchers.append(aws.ec2.Instance(
+                f"{name}-fetcher-{i}", launch_template={"id": template.id, "version": "$Latest"},
+                subnet_id=args.fetcher_subnet_id, user_data_base64=user_data,
+                tags={**tags, "Name": f"{name}-fetcher-{i}", "kimi-k3/role": FETCHER_ROLE},
+                # A changed revision or share launches new fetchers; they skip what the bucket already holds.
+                user_data_replace_on_change=True,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[version, policy, *args.egress_ready])))
+        # Mountpoint's node plugin reads the bucket with its own service account's role (EKS add-on guide: IRSA).
+        driver_role, _ = service_account_role(f"{name}-mountpoint-role", args.oidc, "kube-system",
+                                              spec.MOUNTPOINT_SERVICE_ACCOUNT, [], self, tags)
+        driver_policy = aws.iam.RolePolicy(f"{name}-mountpoint-policy", role=driver_role.id,
+                                           policy=bucket.arn.apply(spec.bucket_read_policy), opts=child)
+        self.ready += [bucket, *fetchers, driver_policy]
+        # The node plugin must run on the tainted GPU nodes: the chart's default tolerates no taint
+        # (mountpoint-s3-csi-driver chart README: node.tolerateAllTaints, default false).
+        addon_args = {"service_account_role_arn": driver_role.arn,
+                      "configuration_values": '{"node":{"tolerateAllTaints":true}}'}
+        return bucket.bucket, bucket.bucket.apply(lambda b: {"bucketName": b}), \
+            spec.mountpoint_mount_options(args.region), addon_args
+
+    def _controller_identity(self, name: str, kind: str, args: ModelStorageArgs, tags: dict[str, str]) -> dict[str, Any]:
+        """The FSx/EFS controller's own identity (IRSA) with no AWS permissions: static PVs need no FSx/EFS API call
+        (no dynamic provisioning); without it the controller would fall back to the node role. Dynamic provisioning
+        would need AmazonFSxFullAccess / AmazonEFSCSIDriverPolicy on this role (docs/aws.md)."""
+        if args.oidc is None:
+            return {}
+        role, _ = service_account_role(name, args.oidc, "kube-system", CSI_CONTROLLER_SA[kind], [], self, tags)
+        return {"service_account_role_arn": role.arn}
+
+    def _efs(self, name: str, args: ModelStorageArgs, tags: dict[str, str], fs_opts: pulumi.ResourceOptions,
+             child: pulumi.ResourceOptions, throughput_mode: str):
+        sg = aws.ec2.SecurityGroup(
+            f"{name}-sg", vpc_id=args.vpc_id, description="EFS: NFS from the VPC",
+            ingress=[{"protocol": "tcp", "from_port": 2049, "to_port": 2049, "cidr_blocks": [args.vpc_cidr]}],
+            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
+            tags=tags, opts=child)
+        fs = aws.efs.FileSystem(name, encrypted=True, performance_mode="generalPurpose",
+                                throughput_mode=throughput_mode, tags={**tags, "Name": name}, opts=fs_opts)
+        targets = [] if args.parked else [
+            aws.efs.MountTarget(f"{name}-mt-{i}", file_system_id=fs.id, subnet_id=sid, security_groups=[sg.id],
+                                opts=child) for i, sid in enumerate(args.mount_subnet_ids)]
+        return fs, targets
+
+    def _compile_cache(self, name: str, args: ModelStorageArgs, tags: dict[str, str], child: pulumi.ResourceOptions,
+                       provider: k8s.Provider, efs_addon: Optional[aws.eks.Addon]) -> None:
+        """EFS (elastic, a few GB) for the workers' JIT and compile caches: reproducible, so neither protected nor
+        retained. Its PV + PVC are pre-bound like the weights'."""
+        fs, targets = self._efs(f"{name}-compile-cache", args, tags, child, child, "elastic")
+        addon = efs_addon or aws.eks.Addon(
+            f"{name}-efs-csi-driver", cluster_name=args.cluster_name, addon_name=CSI["efs"][0],
+            resolve_conflicts_on_create="OVERWRITE", tags=tags,
+            **self._controller_identity(f"{name}-efs-csi-controller", "efs", args, tags),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.wait_for))
+        claim = manifests.NAMES["compile_cache"]
+        pv = spec.static_pv(claim, manifests.COMPILE_CACHE_GI, CSI["efs"][1], fs.id, {}, args.claim_namespace, claim,
+                            args.efs_mount_options)
+        volume = k8s.core.v1.PersistentVolume(f"{name}-compile-cache-pv", metadata=pv["metadata"], spec=pv["spec"],
+                                              opts=pulumi.ResourceOptions(parent=self, provider=provider))
+        pvc = manifests.compile_cache_pvc(args.claim_namespace)
+        self.compile_cache_claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-compile-cache-pvc", metadata=pvc["metadata"], spec=pvc["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider,
+                                        depends_on=[volume, *([args.namespace] if args.namespace else [])]))
+        self.compile_cache_ready = [fs, *targets, addon, volume, self.compile_cache_claim]

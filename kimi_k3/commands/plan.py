@@ -148,10 +148,13 @@ def _rebudget(stack: planner.StackPlan, budget_gib: float) -> planner.StackPlan:
 def _from_graph(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
     from kimi_k3.stacks import load_stack
 
+    from kimi_k3.graph import role_flag
+
     cfg, graph = load_stack(args.stack)
     roles = [planner.RoleSpec(name=r.key, gpu=graph.platform.name, tp=r.tp, nodes_per_replica=r.nodes_per_replica,
                               replicas=r.replicas, gpu_memory_utilization=r.gpu_memory_utilization,
-                              kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len, dcp=r.dcp)
+                              kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len, dcp=r.dcp,
+                              load_format=role_flag(r, "--load-format", "auto"))
              for r in graph.roles]
     billed = None
     if cfg.cluster.mode == "eks":  # a Capacity Block is paid whole: the reservation's instances, used or not

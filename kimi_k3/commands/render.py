@@ -44,10 +44,16 @@ AUTONAMED = {
     "aws:eks/cluster:Cluster": lambda n: {"name": f"{n}-placeholder"},
     "aws:eks/nodeGroup:NodeGroup": lambda n: {"nodeGroupName": f"{n}-placeholder"},
     "aws:iam/role:Role": lambda n: {"name": f"{n}-placeholder", "arn": f"arn:aws:iam::123456789012:role/{n}-placeholder"},
+    "aws:iam/openIdConnectProvider:OpenIdConnectProvider": lambda n: {
+        "arn": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/PLACEHOLDER"},
+    "aws:iam/instanceProfile:InstanceProfile": lambda n: {"arn": f"arn:aws:iam::123456789012:instance-profile/{n}-placeholder"},
+    "aws:s3/bucket:Bucket": lambda n: {"bucket": "kimi-k3-weights-placeholder", "arn": "arn:aws:s3:::kimi-k3-weights-placeholder"},
+    "aws:secretsmanager/secret:Secret": lambda n: {
+        "arn": f"arn:aws:secretsmanager:us-east-1:123456789012:secret:{n}-placeholder"},
 }
 # Manifest order: what must exist first comes first (as `kubectl apply -f` would need it).
-KIND_ORDER = ["Namespace", "PersistentVolume", "Secret", "ConfigMap", "PersistentVolumeClaim", "Job", "ComputeDomain",
-              "DynamoGraphDeployment"]
+KIND_ORDER = ["Namespace", "PersistentVolume", "Secret", "ConfigMap", "PersistentVolumeClaim", "Job", "DaemonSet",
+              "ComputeDomain", "DynamoGraphDeployment"]
 
 
 class RenderError(StackError):
@@ -255,8 +261,7 @@ def run(args: argparse.Namespace) -> int:
             from kimi_k3 import critical_path
             from kimi_k3.stacks import load_stack
             cfg, graph = load_stack(stack)
-            path = critical_path.critical_path(rendered.resources, critical_path.estimates(cfg, graph))
-            print("\n".join(path.lines()))
+            print("\n".join(critical_path.report(rendered.resources, cfg, graph)))
     return 0
 
 

@@ -23,8 +23,11 @@ WORKER_TYPES = ("worker", "prefill", "decode")
 PROBE_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "failureThreshold": 3}
 # Default load budget: ~1.56 TB checkpoint read per TP group plus CuTeDSL/cudagraph warm-up; ~1 h.
 DEFAULT_MIN_STARTUP_SECONDS = 3600
-# Pulumi types of filesystems that hold the model cache outside Kubernetes.
-CACHE_FILESYSTEM_TYPES = ("aws:fsx/lustreFileSystem:LustreFileSystem", "aws:efs/fileSystem:FileSystem")
+# Pulumi types of filesystems and buckets that hold the model cache outside Kubernetes.
+CACHE_FILESYSTEM_TYPES = ("aws:fsx/lustreFileSystem:LustreFileSystem", "aws:efs/fileSystem:FileSystem",
+                          "aws:s3/bucket:Bucket")
+# Resource names ending so hold reproducible compile caches (components/aws/storage.py), not weights.
+COMPILE_CACHE_SUFFIX = "-compile-cache"
 _WORKLOAD_TEMPLATE_PATHS = {
     "Pod": ("spec",),
     "Job": ("spec", "template", "spec"),

@@ -8,6 +8,7 @@ from kimi_k3.images import image_tag, names_runtime_version, pin_problem
 from policies.rules.base import (
     name_of, shown,
     CACHE_FILESYSTEM_TYPES,
+    COMPILE_CACHE_SUFFIX,
     Context,
     DEFAULT_MIN_STARTUP_SECONDS,
     Finding,
@@ -102,7 +103,8 @@ def check_model_cache_retained(objects: Sequence[Mapping], ctx: Context) -> Iter
     for claim, res in pvcs:
         if res is None:
             yield Finding(f"PersistentVolumeClaim/{claim}", "model-cache claim is not managed by this stack")
-    cache = [res for _, res in pvcs if res] + [r for r in ctx.resources if r.type in CACHE_FILESYSTEM_TYPES]
+    cache = [res for _, res in pvcs if res] + [r for r in ctx.resources if r.type in CACHE_FILESYSTEM_TYPES
+                                               and not r.name.endswith(COMPILE_CACHE_SUFFIX)]
     for res in cache:
         target = res.key or f"{res.type}/{res.name}"
         if res.key and res.protect:
