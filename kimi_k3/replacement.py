@@ -430,11 +430,15 @@ def k8s_provider_replaces(old: Mapping[str, Any], new: Mapping[str, Any]) -> lis
     o, n = _provider_config(old), _provider_config(new)
     if o == n:
         return []
+    if n.get("clusterIdentifier") and o.get("clusterIdentifier") == n["clusterIdentifier"]:
+        return []  # an unchanged identifier vetoes every replacement (DiffConfig's deferred `Replaces = nil`)
     out = []
+    if o.get("clusterIdentifier") and n.get("clusterIdentifier"):
+        out.append("clusterIdentifier")  # changed (adding or removing one replaces nothing by itself)
     if o.get("renderYamlToDirectory") != n.get("renderYamlToDirectory"):
         out.append("renderYamlToDirectory")
-    if o.get("clusterIdentifier") and n.get("clusterIdentifier"):
-        return out + (["clusterIdentifier"] if o["clusterIdentifier"] != n["clusterIdentifier"] else [])
+    # The provider replaces when the active cluster's settings differ; offline we compare the values as given
+    # (a kubeconfig that changes only credentials is still reported as a replacement: conservative).
     out += [k for k in ("kubeconfig", "context", "cluster") if o.get(k) != n.get(k)]
     return out
 

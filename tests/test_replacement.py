@@ -310,3 +310,33 @@ def test_diff_reports_a_replaced_graph_as_a_new_violation():
     same = diff.diff_stack("s", render(provider(), graph()), render(provider(), graph(replicas=3)),
                            {"base": None, "head": None})
     assert same["policy"]["new"] == []
+
+
+KUBECONFIG_A = "apiVersion: v1\nclusters:\n- cluster: {server: 'https://127.0.0.1:1'}\n  name: fake-cluster\n"
+KUBECONFIG_B = KUBECONFIG_A.replace("server:", "tls-server-name: pulumi.com, server:")
+
+
+# pulumi-kubernetes provider/pkg/provider/testdata/diffconfig/* (@94977969d641): olds, news, wantReplaces
+@pytest.mark.parametrize("olds,news,want", [
+    ({"renderYamlToDirectory": "/foo"}, {"renderYamlToDirectory": "/bar"}, ["renderYamlToDirectory"]),
+    ({}, {"clusterIdentifier": "foo"}, []),                                              # add-cluster-identifier
+    ({"clusterIdentifier": "foo"}, {"clusterIdentifier": "bar"}, ["clusterIdentifier"]),  # change-cluster-identifier
+    ({"clusterIdentifier": "foo"}, {}, []),                                              # remove-cluster-identifier
+    ({"kubeconfig": KUBECONFIG_A}, {"kubeconfig": KUBECONFIG_B}, ["kubeconfig"]),          # change-kubeconfig
+    ({"kubeconfig": KUBECONFIG_A, "clusterIdentifier": "foo"},
+     {"kubeconfig": KUBECONFIG_B, "clusterIdentifier": "foo"}, []),                      # ...-with-identifier
+    ({"kubeconfig": KUBECONFIG_A, "clusterIdentifier": "foo"}, {"kubeconfig": KUBECONFIG_B},
+     ["kubeconfig"]),                                                    # remove-cluster-identifier-with-kubeconfig-change
+    ({"kubeconfig": KUBECONFIG_A}, {"kubeconfig": KUBECONFIG_A}, []),                     # no-changes
+], ids=["render-dir", "add-id", "change-id", "remove-id", "kubeconfig", "kubeconfig-with-id", "remove-id-kubeconfig",
+        "no-changes"])
+def test_provider_diffconfig_cases(olds, news, want):
+    assert R.k8s_provider_replaces(olds, news) == want
+
+
+def test_eks_cluster_version_and_subnets_update_role_replaces():
+    eks = "aws:eks/cluster:Cluster"
+    base = aws(eks, roleArn="arn:r1", version="1.34", vpcConfig={"subnetIds": ["a", "b"]})
+    assert one([base], [aws(eks, roleArn="arn:r1", version="1.35", vpcConfig={"subnetIds": ["a", "c"]})]).action == R.UPDATE
+    c = one([base], [aws(eks, roleArn="arn:r2", version="1.34", vpcConfig={"subnetIds": ["a", "b"]})])
+    assert c.action == R.REPLACE and c.replace_paths == ("roleArn",) and c.certain
