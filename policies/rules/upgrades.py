@@ -63,7 +63,8 @@ def check_graph_updated_in_place(classes: Sequence[R.Classification]) -> Iterato
             yield Finding(_target(c), f"changes its Pulumi URN ({c.action}, other side {c.moved}): Pulumi deletes "
                           "and re-creates the graph; keep the resource name and parent (or add an alias)")
         elif c.action == R.DELETE:
-            yield Finding(_target(c), "would be DELETED by an update; tear the stack down with `make down` instead")
+            yield Finding(_target(c), "would be DELETED by an update; to tear down keeping the weights use "
+                          "`make park` (docs/aws.md, Teardown), which does not go through this check")
 
 
 def check_model_cache_kept(classes: Sequence[R.Classification]) -> Iterator[Result]:
