@@ -48,6 +48,8 @@ if eks_mode:
                                                    parked=parked))
 if parked:
     pulumi.export("parked", True)
+    pulumi.export("gpus", 0)
+    pulumi.export("nodes", 0)
     if storage_kind != "existing":
         kept = ModelStorage("kimi-k3-storage", ModelStorageArgs(
             cfg.storage, None, eks.vpc.id, cfg.cluster.vpc_cidr, eks.private_subnet_ids[aws.storage_zone(cfg)], [],

@@ -697,7 +697,7 @@ def test_park_keeps_only_the_weights_and_their_network_unchanged(stack, rendered
     assert not [x for x in kept.values() if x["type"] in ("aws:ec2/instance:Instance",
                                                            "aws:secretsmanager/secret:Secret")]
     assert parked.outputs == {"filesystemId": rendered[stack].outputs["filesystemId"], "parked": True,
-                              "weightsBucket": rendered[stack].outputs["weightsBucket"]}
+                              "weightsBucket": rendered[stack].outputs["weightsBucket"], "gpus": 0, "nodes": 0}
 
 
 def test_existing_cluster_destroy_passes_and_keeps_the_cache_claim():
