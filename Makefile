@@ -8,7 +8,7 @@ STACKS := gb200 gb200-disagg gb300 gb300-disagg
 PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_BACKEND_URL
 
-.PHONY: venv test test-slow test-perf perf-venv pareto guard render check plan bench pulumi-cli stack token preview up park unpark clean
+.PHONY: venv test test-slow test-perf perf-venv pareto guard render check plan bench pulumi-cli stack token preview up park unpark clean rehearse rehearse-venv test-rehearse
 
 $(BIN)/kimi-k3: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,19 @@ $(BIN)/kimi-k3: pyproject.toml constraints.txt
 	touch $@
 
 venv: $(BIN)/kimi-k3
+
+# The rehearsal's own venv (Dynamo runtime/frontend/mocker + AIPerf): its pins conflict with the Pulumi side's.
+REHEARSE_VENV := .venv-rehearse
+$(REHEARSE_VENV)/bin/aiperf: requirements-rehearse.txt constraints-rehearse.txt
+	@echo "Building $(REHEARSE_VENV): Dynamo 1.6.1 (frontend, KV router, mocker) and AIPerf 0.13.0 from PyPI, ~1.5 GB"
+	rm -rf $(REHEARSE_VENV)
+	$(PYTHON) -m venv $(REHEARSE_VENV)
+	$(REHEARSE_VENV)/bin/pip install --disable-pip-version-check --progress-bar off -c constraints-rehearse.txt -r requirements-rehearse.txt
+	@# --no-deps: ai-dynamo declares aisimulate, a PyPI stub that downloads from outside PyPI (see requirements-rehearse.txt)
+	$(REHEARSE_VENV)/bin/pip install --disable-pip-version-check --progress-bar off --no-deps -c constraints-rehearse.txt ai-dynamo==1.6.1
+	touch $@
+
+rehearse-venv: $(REHEARSE_VENV)/bin/aiperf
 
 test: venv
 	$(BIN)/pytest -n auto --dist loadfile   # one worker per core; a test file stays on one worker (its fixtures once)
@@ -46,6 +59,14 @@ check: venv
 
 plan: venv
 	$(BIN)/kimi-k3 plan $(STACK)
+
+# The stack's serving graph on this machine: real Dynamo frontend + KV router, mocker engines, AIPerf; no cloud.
+rehearse: venv rehearse-venv
+	$(BIN)/kimi-k3 rehearse $(STACK) $(REHEARSE_ARGS)
+
+# Real processes (frontend, mockers, AIPerf) for every stack, and the cleanup on success, failure and interrupt.
+test-rehearse: venv rehearse-venv
+	$(BIN)/pytest -m rehearse tests/test_rehearse_live.py
 
 bench: venv
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done

@@ -16,6 +16,7 @@ COMMANDS = {
     "check": "lint a stack, a render directory or a YAML file of objects",
     "diff": "render stacks at two revisions and report what changes",
     "plan": "capacity, cold-start and cost plan for a stack or an ad hoc role",
+    "rehearse": "run the stack's serving graph locally (Dynamo frontend + mocker engines), smoke test, AIPerf, report",
 }
 
 

@@ -1,0 +1,365 @@
+"""`kimi-k3 rehearse STACK`: bring the stack's serving graph up on this machine - the real Dynamo frontend and KV
+router, one simulated engine (dynamo.mocker) per worker replica sized by the planner - on 127.0.0.1 only; prove it
+serves (the smoke test the cluster Job runs too), load it with AIPerf, and write DIR/report.json, report.md, plots
+and every process's log. Every process it starts ends with it: on success, on failure and on Ctrl-C."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Callable, Optional
+from urllib.parse import unquote
+
+from kimi_k3 import rehearsal, smoke
+from kimi_k3.config import ConfigError
+from kimi_k3.stacks import StackError, load_stack, project_root
+
+VENV_ENV = "KIMI_K3_REHEARSE_PYTHON"      # python of the rehearsal venv (default: .venv-rehearse/bin/python)
+MARKER_ENV = "KIMI_K3_REHEARSAL"          # set in every child: tests find leftovers by it in /proc/*/environ
+FIXTURE = Path(rehearsal.__file__).with_name("rehearse_fixture.py")
+
+
+class RehearsalFailed(Exception):
+    """The graph did not come up, a process died, or a step failed: the message names what."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGHUP, handled like Ctrl-C."""
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("rehearse", help="run the stack's serving graph locally (Dynamo frontend + mocker "
+                              "engines), smoke test it, load it with AIPerf, report", description=__doc__)
+    p.add_argument("stack", metavar="STACK")
+    p.add_argument("--out", help="output directory (default build/rehearse/STACK)")
+    p.add_argument("--ready-timeout", type=float, default=240, help="seconds for every worker to register (240)")
+    p.add_argument("--requests", type=int, default=32, help="requests per AIPerf run (32)")
+    p.add_argument("--duration", type=float, default=90, help="time cap in seconds per AIPerf run (90)")
+    p.add_argument("--concurrency", type=int, default=4, help="concurrent AIPerf requests (4)")
+    p.add_argument("--system-prompt-tokens", type=int, default=4096,
+                   help="shared system prompt of the agentic run, in fixture tokens (4096)")
+    p.add_argument("--turns", type=int, default=4, help="turns per agentic conversation (4)")
+    p.add_argument("--speedup-ratio", type=float, default=1.0, help="mocker timing speedup (1.0 = its model's pace)")
+    p.add_argument("--perf-profile", help="mocker --planner-profile-data (a perf profile, e.g. from aiconfigurator)")
+    p.add_argument("--no-load", dest="load", action="store_false", help="skip AIPerf (ready + smoke test only)")
+    p.set_defaults(func=run)
+    return p
+
+
+def free_port(below: Optional[int] = None) -> int:
+    """A free loopback port; `below` for DYN_SYSTEM_PORT, which the runtime parses as an i16 (<= 32767)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = 0 if below is None else rng.randrange(20000, below)
+        with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+            try:
+                s.bind((rehearsal.LOOPBACK, port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RehearsalFailed(f"no free loopback port below {below}")
+
+
+def rehearse_python() -> Path:
+    explicit = os.environ.get(VENV_ENV)
+    path = Path(explicit) if explicit else project_root() / ".venv-rehearse" / "bin" / "python"
+    if not path.is_file():
+        raise RehearsalFailed(f"no rehearsal environment at {path}: run `make rehearse STACK=...` (it builds "
+                              f".venv-rehearse with ai-dynamo, ai-dynamo-runtime and aiperf pinned in "
+                              f"requirements-rehearse.txt), or set {VENV_ENV}")
+    return path
+
+
+class Processes:
+    """Children in their own process groups, so one signal reaches everything each of them started."""
+
+    def __init__(self, logs: Path, env: dict[str, str], say: Callable[[str], None]):
+        self.logs, self.env, self.say = logs, env, say
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None,
+              cwd: Optional[Path] = None) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "wb")
+        try:
+            proc = subprocess.Popen(argv, env={**self.env, **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
+        finally:
+            log.close()
+        self.procs[name] = proc
+        return proc
+
+    def dead(self) -> list[tuple[str, int]]:
+        return [(n, p.returncode) for n, p in self.procs.items() if p.poll() is not None]
+
+    def stop(self, name: str, grace: float = 10.0) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # the group may outlive its leader (a child that ignored SIGTERM)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def stop_all(self) -> int:
+        names = list(self.procs)
+        for name in reversed(names):  # workers before the frontend
+            self.stop(name)
+        return len(names)
+
+    def tail(self, name: str, lines: int = 15) -> str:
+        path = self.logs / f"{name}.log"
+        if not path.is_file():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _get(url: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback URLs we built)
+        return resp.read().decode(errors="replace")
+
+
+def _metrics(port: int) -> list[tuple[str, dict[str, str], float]]:
+    try:
+        return rehearsal.parse_prometheus(_get(f"http://{rehearsal.LOOPBACK}:{port}/metrics"))
+    except OSError:
+        return []
+
+
+def _discovery_keys(root: Path) -> list[str]:
+    if not root.is_dir():
+        return []
+    return [unquote(str(p.relative_to(root))) for p in root.rglob("*") if p.is_file()]
+
+
+def wait_ready(plan: rehearsal.Rehearsal, procs: Processes, discovery: Path, timeout: float,
+               say: Callable[[str], None], started: float) -> dict[str, int]:
+    want = {}
+    for r in plan.roles:
+        comp = rehearsal.endpoint_component(r.mode)
+        want[comp] = want.get(comp, 0) + r.replicas
+    shown: dict[str, int] = {}
+    served = False
+    while True:
+        elapsed = time.monotonic() - started
+        dead = procs.dead()
+        if dead:
+            name, code = dead[0]
+            raise RehearsalFailed(f"{name} exited with code {code} before the graph was ready; last lines of "
+                                  f"{procs.logs / (name + '.log')}:\n{procs.tail(name)}")
+        registered = rehearsal.registered_workers(_discovery_keys(discovery))
+        for comp, n in sorted(registered.items()):
+            if shown.get(comp) != n:
+                say(f"[{elapsed:5.1f}s] {comp} workers registered: {n}/{want.get(comp, 0)}")
+                shown[comp] = n
+        if not served:
+            try:
+                served = smoke.check_models(smoke.Client(plan.url, 5.0), plan.served_model_name, 0) is None
+            except OSError:
+                served = False
+            if served:
+                say(f"[{elapsed:5.1f}s] frontend lists {plan.served_model_name}")
+        if served and all(registered.get(c, 0) >= n for c, n in want.items()):
+            return registered
+        if elapsed > timeout:
+            missing = {c: f"{registered.get(c, 0)}/{n}" for c, n in want.items() if registered.get(c, 0) < n}
+            raise RehearsalFailed(f"graph not ready after {timeout:.0f}s: registered {missing or registered}, "
+                                  f"frontend {'lists' if served else 'does not list'} {plan.served_model_name}; "
+                                  f"logs in {procs.logs}")
+        time.sleep(0.5)
+
+
+def aiperf_argv(python: Path, plan: rehearsal.Rehearsal, kind: str, args: argparse.Namespace, model_dir: Path,
+                out: Path) -> list[str]:
+    """One bounded AIPerf run: `agentic` (multi-turn, shared long system prompt, tool-output-like coding corpus,
+    growing context) or `synthetic` (single-turn fixed lengths)."""
+    base = [str(python), "-m", "aiperf", "profile", "--model", plan.served_model_name, "--url", plan.url,
+            "--endpoint-type", "chat", "--streaming", "--tokenizer", str(model_dir),
+            "--request-count", str(args.requests), "--benchmark-duration", str(args.duration),
+            "--concurrency", str(args.concurrency), "--random-seed", "7", "--ui", "none", "--no-gpu-telemetry",
+            "--artifact-dir", str(out)]
+    if kind == "agentic":
+        sessions = max(1, -(-args.requests // args.turns))
+        return base + ["--shared-system-prompt-length", str(args.system_prompt_tokens),
+                       "--conversation-num", str(sessions), "--conversation-turn-mean", str(args.turns),
+                       "--prompt-corpus", "coding", "--isl", "512", "--osl", "64"]
+    return base + ["--isl", "1024", "--osl", "64", "--conversation-num", str(args.requests)]
+
+
+def run_aiperf(procs: Processes, name: str, argv: list[str], out: Path, deadline: float, say: Callable[[str], None],
+               env: dict[str, str]) -> dict[str, Any]:
+    started = time.monotonic()
+    # AIPerf's offline mode cannot load a tokenizer from a local directory (it resolves a Hub snapshot): leave it
+    # online-capable, with the Hub pointed at a closed loopback port (rehearsal.NO_HUB) so nothing leaves the machine.
+    proc = procs.start(name, argv, {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": ""}, cwd=out.parent)
+    last = 0.0
+    while proc.poll() is None:
+        elapsed = time.monotonic() - started
+        if elapsed > deadline:
+            procs.stop(name)
+            raise RehearsalFailed(f"{name} still running after {deadline:.0f}s; log {procs.logs / (name + '.log')}")
+        if elapsed - last >= 10:
+            say(f"  {name}: {elapsed:.0f}s")
+            last = elapsed
+        time.sleep(0.5)
+    procs.procs.pop(name, None)
+    summary = out / "profile_export_aiperf.json"
+    if proc.returncode != 0 or not summary.is_file():
+        raise RehearsalFailed(f"{name} exited with code {proc.returncode}; last lines of its log:\n{procs.tail(name)}")
+    return json.loads(summary.read_text())
+
+
+def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    try:
+        cfg, graph = load_stack(args.stack)
+    except (StackError, ConfigError) as err:
+        say(f"kimi-k3 rehearse {args.stack}: {err}")
+        return 2
+    out = Path(args.out) if args.out else Path("build") / "rehearse" / args.stack
+    out = out.resolve()
+    logs, model_dir, discovery = out / "logs", out / "model", out / "discovery"
+    for d in (logs, out / "aiperf"):
+        d.mkdir(parents=True, exist_ok=True)
+    for old in (discovery,):  # a previous run's registrations would count as workers
+        if old.exists():
+            import shutil
+            shutil.rmtree(old)
+    try:
+        python = rehearse_python()
+    except RehearsalFailed as err:
+        say(f"kimi-k3 rehearse {args.stack}: {err}")
+        return 2
+
+    # The same KV plan `kimi-k3 plan STACK` prints for each role.
+    role_plans = rehearsal.role_kv_plans(graph)
+    http_port = free_port()
+    plan = rehearsal.plan_rehearsal(graph, role_plans, http_port=http_port,
+                                    metrics_ports=[free_port(below=32768) for _ in range(sum(r.replicas for r in graph.roles))],
+                                    model_path=str(model_dir), speedup_ratio=args.speedup_ratio,
+                                    perf_profile=args.perf_profile)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DYN_", "HF_", "AIPERF_"))}
+    env.update(rehearsal.loopback_env(str(discovery)))
+    env[MARKER_ENV] = str(out)
+    (out / "processes.json").write_text(json.dumps(
+        [{"name": p.name, "role": p.role, "argv": ["python", "-m", p.module, *p.args], "env": dict(p.env),
+          "metrics_port": p.metrics_port} for p in plan.processes], indent=1))
+    say(f"rehearse {args.stack}: {len(plan.workers)} mocker workers "
+        + ", ".join(f"{r.key} x{r.replicas} ({r.mode}, {r.capacity.tokens:,} KV tokens = {r.capacity.num_blocks:,} "
+                    f"blocks of {plan.block_size})" for r in plan.roles)
+        + f"; frontend {plan.url}; logs {logs}")
+
+    procs = Processes(logs, env, say)
+    started = time.monotonic()
+    ready_seconds: Optional[float] = None
+    registered: dict[str, int] = {}
+    smoke_result: dict[str, Any] = {"passed": False, "checks": {}, "failures": {}}
+    runs: dict[str, Any] = {}
+    kv_hit, worker_load, failure = None, {}, None
+    code = 0
+    try:
+        fixture = subprocess.run([str(python), str(FIXTURE), str(model_dir), str(plan.max_model_len)], env=env,
+                                 capture_output=True, text=True, timeout=120)
+        if fixture.returncode != 0:
+            raise RehearsalFailed(f"building the tokenizer fixture failed: {fixture.stderr[-2000:]}")
+        say(f"[{time.monotonic() - started:5.1f}s] tokenizer fixture in {model_dir}")
+        for p in plan.processes:
+            procs.start(p.name, [str(python), "-m", p.module, *p.args], dict(p.env))
+        say(f"[{time.monotonic() - started:5.1f}s] started {len(plan.processes)} processes")
+        registered = wait_ready(plan, procs, discovery, args.ready_timeout, say, started)
+        ready_seconds = time.monotonic() - started
+        say(f"[{ready_seconds:5.1f}s] graph ready")
+
+        smoke_result = smoke.run(plan.url, plan.served_model_name, plan.max_model_len, log=say)
+        if not smoke_result["passed"]:
+            raise RehearsalFailed("smoke test failed: " + "; ".join(
+                f"{k}: {v}" for k, v in smoke_result["failures"].items()))
+        if args.load:
+            before = _metrics(plan.http_port)
+            for kind in ("agentic", "synthetic"):
+                say(f"[{time.monotonic() - started:5.1f}s] AIPerf {kind}: {args.requests} requests, "
+                    f"cap {args.duration:.0f}s")
+                argv = aiperf_argv(python, plan, kind, args, model_dir, out / "aiperf" / kind)
+                runs[kind] = run_aiperf(procs, f"aiperf-{kind}", argv, out / "aiperf" / kind,
+                                        args.duration + 180, say, env)
+            after = _metrics(plan.http_port)
+            delta = _delta(before, after, ("dynamo_frontend_input_sequence_tokens_sum",
+                                           "dynamo_frontend_cached_tokens_sum"))
+            kv_hit = rehearsal.kv_hit_rate(delta)
+        worker_load = {p.name: rehearsal.worker_requests(_metrics(p.metrics_port)) for p in plan.workers}
+        dead = procs.dead()
+        if dead:
+            raise RehearsalFailed(f"{dead[0][0]} exited with code {dead[0][1]} during the run")
+    except RehearsalFailed as err:
+        failure, code = str(err), 1
+        say(f"FAILED: {err}")
+    except (KeyboardInterrupt, Interrupted):
+        failure, code = "interrupted", 130
+        say("interrupted")
+    finally:
+        stopped = procs.stop_all()
+        say(f"stopped {stopped} processes")
+    report = rehearsal.build_report(plan, ready_seconds=ready_seconds, registered=registered, smoke=smoke_result,
+                                    runs=runs, kv_hit=kv_hit, worker_load=worker_load, failure=failure,
+                                    extra={"total_seconds": round(time.monotonic() - started, 2),
+                                           "speedup_ratio": args.speedup_ratio,
+                                           "aiperf": {"requests": args.requests, "duration_cap_s": args.duration,
+                                                      "concurrency": args.concurrency,
+                                                      "system_prompt_tokens": args.system_prompt_tokens,
+                                                      "turns": args.turns}})
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    plots: list[str] = []
+    try:
+        from kimi_k3.commands import rehearse_plots
+        plots = rehearse_plots.draw(report, out)
+    except Exception as err:  # a plot must never hide the result
+        say(f"plots skipped: {type(err).__name__}: {err}")
+    (out / "report.md").write_text(rehearsal.render_markdown(report, plots))
+    _summary(report, out, say)
+    return code
+
+
+def _delta(before, after, names) -> list[tuple[str, dict[str, str], float]]:
+    b = {n: rehearsal.metric_sum(before, n) for n in names}
+    return [(n, {}, rehearsal.metric_sum(after, n) - b[n]) for n in names]
+
+
+def _summary(report: dict[str, Any], out: Path, say: Callable[[str], None]) -> None:
+    load = report["load"]
+    say(f"{report['stack']}: ready {report['ready_seconds']}s, smoke {'passed' if report['smoke']['passed'] else 'FAILED'}"
+        + (f", TTFT p50/p90/p99 {load['ttft_ms']['p50']}/{load['ttft_ms']['p90']}/{load['ttft_ms']['p99']} ms, "
+           f"ITL p50 {load['itl_ms']['p50']} ms, {load['output_tokens_per_second']} output tok/s, "
+           f"KV hit rate {report['kv_hit_rate']}" if load["requests"] else "")
+        + f" -> {out}/report.md")
+
+
+def run(args: argparse.Namespace) -> int:
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    def interrupted(signum, frame):  # SIGTERM/SIGHUP: clean up exactly as on Ctrl-C
+        raise Interrupted()
+
+    previous = {s: signal.signal(s, interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return execute(args, say)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -1,0 +1,223 @@
+"""Smoke test of a serving graph's OpenAI endpoint: one implementation for `kimi-k3 rehearse` (local frontend
+over simulated engines) and the in-cluster Job `pulumi up` runs after the graph is Ready.
+
+Standard library only: the Job mounts this file from a ConfigMap into a plain Python image.
+Exit 0 when every check passes, 1 when one fails (the names of the failed checks are printed and written to
+the container's termination message), 2 on bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable
+
+# A long shared prefix: long enough to fill several KV blocks, so a repeat must report cached prompt tokens.
+LONG_PROMPT = ("You are the planning agent of a build system. Follow the repository's conventions, keep every "
+               "change small, explain each tool call, and never touch files outside the work tree. ") * 40
+# 1x1 PNG (one white pixel): the smallest image input every multimodal processor accepts.
+PIXEL_PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4//8/AAX+Av4N70a4AAAAAElFTkSuQmCC")
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+class Client:
+    def __init__(self, base_url: str, timeout: float):
+        self.base = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 (URL from our caller)
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read()
+
+    def json(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        status, raw = self.request(method, path, body)
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+
+def _chat(model: str, content: Any, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, **extra}
+
+
+def _usage_ok(usage: Any) -> bool:
+    return isinstance(usage, dict) and usage.get("prompt_tokens", 0) > 0 and usage.get("completion_tokens", 0) > 0
+
+
+def check_models(c: Client, model: str, max_len: int) -> str | None:
+    status, body = c.json("GET", "/v1/models")
+    ids = [m.get("id") for m in body.get("data", [])] if status == 200 and isinstance(body, dict) else []
+    return None if model in ids else f"GET /v1/models -> {status}, served names {ids}, want {model!r}"
+
+
+def check_chat(c: Client, model: str, max_len: int) -> str | None:
+    status, body = c.json("POST", "/v1/chat/completions", _chat(model, "Say hello.", 8))
+    if status != 200 or not isinstance(body, dict):
+        return f"POST /v1/chat/completions -> {status}: {str(body)[:200]}"
+    if not body.get("choices") or not _usage_ok(body.get("usage")):
+        return f"no choices or no token usage in {json.dumps(body)[:200]}"
+    return None
+
+
+def check_chat_stream(c: Client, model: str, max_len: int) -> str | None:
+    req = _chat(model, "Count to five.", 8, stream=True, stream_options={"include_usage": True})
+    status, raw = c.request("POST", "/v1/chat/completions", req)
+    if status != 200:
+        return f"streamed POST /v1/chat/completions -> {status}: {raw[:200]!r}"
+    chunks, usage, done = 0, None, False
+    for line in raw.decode(errors="replace").splitlines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            done = True
+            continue
+        event = json.loads(payload)
+        chunks += 1
+        usage = event.get("usage") or usage
+    if not done or chunks < 2 or not _usage_ok(usage):
+        return f"stream: {chunks} chunks, [DONE] {'seen' if done else 'missing'}, usage {usage}"
+    return None
+
+
+def check_prefix_cache(c: Client, model: str, max_len: int) -> str | None:
+    """The same long prompt twice: the second must report cached prompt tokens (prefix caching + KV routing)."""
+    cached = 0
+    for attempt in range(3):  # the router learns a block from the worker's KV event; give it a moment
+        status, body = c.json("POST", "/v1/chat/completions", _chat(model, LONG_PROMPT + f"Task {attempt}.", 4))
+        if status != 200:
+            return f"long prompt -> {status}: {str(body)[:200]}"
+        details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") or 0
+        if attempt and cached > 0:
+            return None
+        time.sleep(0.5)
+    return f"repeated long prompt reported cached_tokens={cached}"
+
+
+def check_context_limit(c: Client, model: str, max_len: int) -> str | None:
+    """A request that cannot fit the context window gets a clean 4xx with an error body, not a 5xx or a hang."""
+    status, body = c.json("POST", "/v1/chat/completions", _chat(model, "Write forever.", max_len + 1))
+    if 400 <= status < 500 and body:
+        return None
+    return f"max_tokens={max_len + 1} over a {max_len}-token context -> {status}: {str(body)[:200]}"
+
+
+def check_reasoning(c: Client, model: str, max_len: int) -> str | None:
+    status, body = c.json("POST", "/v1/chat/completions", _chat(model, "What is 17 * 23? Think step by step.", 512))
+    msg = (body.get("choices") or [{}])[0].get("message", {}) if status == 200 and isinstance(body, dict) else {}
+    return None if msg.get("reasoning_content") else f"-> {status}: no reasoning_content in {str(body)[:200]}"
+
+
+def check_tool_call(c: Client, model: str, max_len: int) -> str | None:
+    req = _chat(model, "What is the weather in Paris? Use the tool.", 256, tools=[WEATHER_TOOL], tool_choice="auto")
+    status, body = c.json("POST", "/v1/chat/completions", req)
+    msg = (body.get("choices") or [{}])[0].get("message", {}) if status == 200 and isinstance(body, dict) else {}
+    calls = msg.get("tool_calls") or []
+    if calls and calls[0].get("function", {}).get("name") == "get_weather":
+        return None
+    return f"-> {status}: no get_weather tool call in {str(body)[:200]}"
+
+
+def check_image(c: Client, model: str, max_len: int) -> str | None:
+    url = "data:image/png;base64," + base64.b64encode(PIXEL_PNG).decode()
+    content = [{"type": "text", "text": "Describe the image in one word."}, {"type": "image_url", "image_url": {"url": url}}]
+    status, body = c.json("POST", "/v1/chat/completions", _chat(model, content, 16))
+    if status == 200 and isinstance(body, dict) and _usage_ok(body.get("usage")):
+        return None
+    return f"image input -> {status}: {str(body)[:200]}"
+
+
+CHECKS: dict[str, Callable[[Client, str, int], str | None]] = {
+    "models_lists_served_name": check_models,
+    "chat_completion": check_chat,
+    "chat_completion_streamed": check_chat_stream,
+    "repeated_prompt_cached": check_prefix_cache,
+    "over_context_clean_error": check_context_limit,
+}
+# What only the real model (its parsers and vision encoder) can show: run in the cluster, not over the mocker.
+REAL_MODEL_CHECKS: dict[str, Callable[[Client, str, int], str | None]] = {
+    "reasoning_content": check_reasoning,
+    "tool_call_parsed": check_tool_call,
+    "image_input": check_image,
+}
+
+
+def run(base_url: str, model: str, max_model_len: int, *, real_model: bool = False, timeout: float = 60.0,
+        log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Run every check; {passed, checks: {name: bool}, failures: {name: why}}."""
+    client = Client(base_url, timeout)
+    checks = {**CHECKS, **(REAL_MODEL_CHECKS if real_model else {})}
+    results: dict[str, bool] = {}
+    failures: dict[str, str] = {}
+    for name, check in checks.items():
+        try:
+            why = check(client, model, max_model_len)
+        except Exception as err:  # a check that crashes has failed; say why and go on with the others
+            why = f"{type(err).__name__}: {err}"
+        results[name] = why is None
+        if why is not None:
+            failures[name] = why
+        log(f"  smoke {name}: {'ok' if why is None else 'FAILED: ' + why}")
+    return {"passed": all(results.values()), "checks": results, "failures": failures}
+
+
+def wait_until_served(base_url: str, model: str, deadline_s: float, log: Callable[[str], None]) -> bool:
+    """The Service can lag the graph's Ready condition by a few seconds (endpoints, kube-proxy)."""
+    client = Client(base_url, 10.0)
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            if check_models(client, model, 0) is None:
+                return True
+        except OSError as err:
+            log(f"  waiting for {base_url}: {err}")
+        time.sleep(5)
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--url", required=True, help="frontend base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", required=True, help="served model name")
+    p.add_argument("--max-model-len", type=int, required=True, help="the workers' context window in tokens")
+    p.add_argument("--real-model", action="store_true", help="also check reasoning, tool calls and image input")
+    p.add_argument("--wait-seconds", type=float, default=0, help="wait this long for /v1/models to list the model")
+    p.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
+    p.add_argument("--termination-log", metavar="FILE", help="write the one-line summary here (the Job's "
+                   "/dev/termination-log, shown by kubectl describe pod)")
+    args = p.parse_args(argv)
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    if args.wait_seconds and not wait_until_served(args.url, args.model, args.wait_seconds, log):
+        log(f"smoke: {args.url} did not list {args.model!r} within {args.wait_seconds:.0f}s")
+    result = run(args.url, args.model, args.max_model_len, real_model=args.real_model, log=log)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2, sort_keys=True)
+    summary = ("smoke test passed: " + ", ".join(result["checks"]) if result["passed"] else
+               "smoke test FAILED: " + "; ".join(f"{k}: {v}" for k, v in result["failures"].items()))
+    print(summary, flush=True)
+    if args.termination_log:
+        with open(args.termination_log, "w") as f:
+            f.write(summary[:4000])
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
