@@ -68,7 +68,7 @@ rehearse: venv rehearse-venv
 test-rehearse: venv rehearse-venv
 	$(BIN)/pytest -m rehearse tests/test_rehearse_live.py
 
-bench: venv
+bench: venv rehearse-venv
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 pulumi-cli:

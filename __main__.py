@@ -7,7 +7,7 @@ from components.cluster import Cluster, ClusterArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.platform import Addons, AddonsArgs
-from components.serving_graph import ServingGraph, ServingGraphArgs
+from components.serving_graph import ServingGraph, ServingGraphArgs, SmokeTestArgs
 from kimi_k3 import aws, manifests, monitoring, planner, platform_set
 from kimi_k3.addons import addon_specs
 from kimi_k3.config import parse_stack_config
@@ -97,7 +97,9 @@ else:
         workers_ready=[cache.download, *([eks.gpu_nodes] if eks else []), *(storage.compile_cache_ready if storage else [])],
         preflight=cfg.serving.preflight, nodes_ready=[eks.gpu_nodes] if eks else [],
         gpu_nodes_ready=[cluster.namespace, *([eks.gpu_nodes] if eks else [])],
-        gpu_node_selector=aws.gpu_node_labels(graph.platform.name) if eks else None), opts=k8s_only)
+        gpu_node_selector=aws.gpu_node_labels(graph.platform.name) if eks else None,
+        smoke_test=SmokeTestArgs(cfg.model.download_image, aws.SYSTEM_LABELS if eks else None)
+        if cfg.serving.smoke_test else None), opts=k8s_only)
 
     # Monitors, alert rules and dashboards for every serving pod; kube-prometheus-stack unless the cluster has its own.
     if monitoring.stack_mode(cfg) != "none":

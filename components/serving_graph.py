@@ -12,11 +12,22 @@ from kimi_k3.graph import ServingGraph as Graph
 from .kubernetes import register
 
 
+class SmokeTestArgs:
+    def __init__(self, image: str, node_selector: Optional[dict[str, str]] = None):
+        """
+        :param image: a pinned Python image to run kimi_k3/smoke.py in (standard library only).
+        :param node_selector: where the Job runs (the system nodes in eks mode: never a GPU node).
+        """
+        self.image = image
+        self.node_selector = node_selector
+
+
 class ServingGraphArgs:
     def __init__(self, graph: Graph, platform_ready: Sequence[pulumi.Resource],
                  workers_ready: Sequence[pulumi.Resource], preflight: Optional[PreflightConfig] = None,
                  nodes_ready: Sequence[pulumi.Resource] = (), gpu_nodes_ready: Sequence[pulumi.Resource] = (),
-                 gpu_node_selector: Optional[dict[str, str]] = None):
+                 gpu_node_selector: Optional[dict[str, str]] = None,
+                 smoke_test: Optional[SmokeTestArgs] = None):
         """
         :param graph: roles, TP, nodes, flags and env of the selected recipe with stack overrides.
         :param platform_ready: what ComputeDomains and the graph need to be accepted (the namespace, the DRA
@@ -27,6 +38,7 @@ class ServingGraphArgs:
             check runs while they download).
         :param gpu_nodes_ready: what the image pre-pull DaemonSet waits for (the namespace; the GPU node group in eks mode).
         :param gpu_node_selector: where the pre-pull runs (default: the workers' GPU affinity).
+        :param smoke_test: run the smoke test Job once the graph is Ready (None: no Job).
         """
         self.gpu_nodes_ready = list(gpu_nodes_ready)
         self.gpu_node_selector = gpu_node_selector
@@ -35,12 +47,15 @@ class ServingGraphArgs:
         self.workers_ready = list(workers_ready)
         self.preflight = preflight
         self.nodes_ready = list(nodes_ready)
+        self.smoke_test = smoke_test
 
 
 class ServingGraph(pulumi.ComponentResource):
-    """One ComputeDomain per multinode role, then the graph, which `pulumi up` waits on until Ready."""
+    """One ComputeDomain per multinode role, then the graph, which `pulumi up` waits on until Ready, then the smoke
+    test Job against the frontend, whose failure fails `pulumi up`."""
 
     deployment: pulumi.CustomResource
+    smoke: Optional[pulumi.CustomResource] = None
 
     def __init__(self, name: str, args: ServingGraphArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("kimi-k3:serving:ServingGraph", name, None, opts)
@@ -72,4 +87,12 @@ class ServingGraph(pulumi.ComponentResource):
                                 pulumi.ResourceOptions(parent=self, depends_on=args.gpu_nodes_ready))
         self.deployment = register(f"{name}-deployment", manifests.graph_deployment(g), pulumi.ResourceOptions(
             parent=self, depends_on=args.platform_ready + args.workers_ready + domains + checks + [self.prepull]))
-        self.register_outputs({"name": self.deployment.metadata["name"], "gpus": g.gpus, "nodes": g.nodes})
+        if args.smoke_test is not None:
+            smoke_script = register(f"{name}-smoke-script", manifests.smoke_script_config_map(g),
+                                    pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
+            # Created only once the graph is Ready (the deployment's waitFor), awaited until Complete or Failed.
+            self.smoke = register(f"{name}-smoke-test", manifests.smoke_job(g, args.smoke_test.image,
+                                                                             args.smoke_test.node_selector),
+                                  pulumi.ResourceOptions(parent=self, depends_on=[self.deployment, smoke_script]))
+        self.register_outputs({"name": self.deployment.metadata["name"], "gpus": g.gpus, "nodes": g.nodes,
+                               "smokeTest": self.smoke.metadata["name"] if self.smoke else None})

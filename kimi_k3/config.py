@@ -343,6 +343,8 @@ class ServingConfig(Strict):
                                        description="how long `pulumi up` waits for the graph to be Ready")
     download_timeout_seconds: int = Field(28800, alias="downloadTimeoutSeconds", ge=60,
                                           description="how long `pulumi up` waits for the weights download and check")
+    smoke_test: bool = Field(True, alias="smokeTest",
+                             description="after the graph is Ready, run the smoke test Job; `pulumi up` fails if it does")
     frontend: FrontendOverride = Field(default_factory=FrontendOverride)
     roles: dict[str, RoleOverride] = Field(default_factory=dict)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)

@@ -123,6 +123,8 @@ def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
     if t == "kubernetes:helm.sh/v3:Release":
         key = HELM_KEYS.get(inputs.get("name", ""), "helm_gpu_operator")
         return est.of(key), key
+    if t == "kubernetes:batch/v1:Job" and "smoke.py" in json.dumps(inputs.get("spec", {})):
+        return est.of("smoke_test"), "smoke_test"
     if t == "kubernetes:batch/v1:Job" and ((((inputs.get("spec") or {}).get("template") or {}).get("metadata") or {})
                                             .get("labels") or {}).get("app.kubernetes.io/component") == "fabric-preflight":
         # Its pods need the runtime image first (pulled beside the pre-pull DaemonSet, on the same nodes).

@@ -1,6 +1,8 @@
 """Kubernetes objects of the serving graph, as plain dicts (pure; components only register them)."""
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,9 @@ HEALTH_PORT = 9090                         # Dynamo system server (/health), as 
 PROBE_PERIOD_SECONDS = 10
 VERIFY_SCRIPT = Path(__file__).with_name("verify_checkpoint.py")
 TOOLS_DIR = "/opt/hub"                     # emptyDir shared by the download and verify containers
+SMOKE_SCRIPT = Path(__file__).with_name("smoke.py")   # the same smoke test `kimi-k3 rehearse` runs locally
+SMOKE_WAIT_SECONDS = 300                   # the frontend Service may lag the graph's Ready condition
+SMOKE_DEADLINE_SECONDS = 1200              # the whole Job, retries included; `pulumi up` fails after it
 
 Obj = dict[str, Any]
 
@@ -30,6 +35,7 @@ NAMES = {
     "job": "kimi-k3-model-download",
     "compile_cache": "kimi-k3-compile-cache",
     "prepull": "kimi-k3-image-prepull",
+    "smoke": "kimi-k3-smoke-test",
 }
 COMPILE_CACHE_VOLUME = "compile-cache"
 COMPILE_CACHE_GI = 100                     # what the compile-cache PV/PVC advertise (EFS is elastic)
@@ -129,6 +135,52 @@ def download_job(graph: ServingGraph, download_image: str, hub_version: str, fet
                         {"name": "tools", "emptyDir": {}},
                         {"name": "scripts", "configMap": {"name": n["verify"]}},
                     ],
+                },
+            },
+        },
+    }
+
+
+def smoke_script_config_map(graph: ServingGraph) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(graph, NAMES["smoke"]),
+            "data": {SMOKE_SCRIPT.name: SMOKE_SCRIPT.read_text()}}
+
+
+def smoke_job(graph: ServingGraph, image: str, node_selector: dict[str, str] | None = None) -> Obj:
+    """The smoke test against the frontend Service once the graph is Ready, plus what only the real model shows
+    (reasoning_content, a parsed tool call, an image input). The provider's Job await fails `pulumi up` when the
+    Job fails; the failed checks are in the pod's termination message and log."""
+    url = f"http://{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}"
+    max_len = max(r.max_model_len for r in graph.roles)
+    # A changed graph changes the pod template, so the Job is replaced and the smoke test runs again.
+    graph_hash = hashlib.sha256(json.dumps(graph_deployment(graph), sort_keys=True).encode()).hexdigest()[:16]
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": _meta(graph, NAMES["smoke"], annotations={
+            "pulumi.com/timeoutSeconds": str(SMOKE_DEADLINE_SECONDS + 60)}),
+        "spec": {
+            "backoffLimit": 1,
+            "activeDeadlineSeconds": SMOKE_DEADLINE_SECONDS,
+            "template": {
+                "metadata": {"labels": {**PART_OF, "app.kubernetes.io/component": "smoke-test"},
+                             "annotations": {"kimi-k3.io/graph-sha256": graph_hash}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    **({"nodeSelector": dict(node_selector)} if node_selector else {}),
+                    "containers": [{
+                        "name": "smoke", "image": image,
+                        "command": ["python3", f"/smoke/{SMOKE_SCRIPT.name}"],
+                        "args": ["--url", url, "--served-model-name", graph.served_model_name, "--max-model-len", str(max_len),
+                                 "--real-model", "--wait-seconds", str(SMOKE_WAIT_SECONDS),
+                                 "--termination-log", "/dev/termination-log"],
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                            "runAsNonRoot": True, "runAsUser": 65534,
+                                            "seccompProfile": {"type": "RuntimeDefault"}},
+                        "volumeMounts": [{"name": "smoke", "mountPath": "/smoke", "readOnly": True}],
+                    }],
+                    "volumes": [{"name": "smoke", "configMap": {"name": NAMES["smoke"]}}],
                 },
             },
         },

@@ -192,7 +192,7 @@ def wait_until_served(base_url: str, model: str, deadline_s: float, log: Callabl
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--url", required=True, help="frontend base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("--model", required=True, help="served model name")
+    p.add_argument("--served-model-name", dest="model", required=True, help="the model name the frontend serves")
     p.add_argument("--max-model-len", type=int, required=True, help="the workers' context window in tokens")
     p.add_argument("--real-model", action="store_true", help="also check reasoning, tool calls and image input")
     p.add_argument("--wait-seconds", type=float, default=0, help="wait this long for /v1/models to list the model")
@@ -214,8 +214,11 @@ def main(argv: list[str] | None = None) -> int:
                "smoke test FAILED: " + "; ".join(f"{k}: {v}" for k, v in result["failures"].items()))
     print(summary, flush=True)
     if args.termination_log:
-        with open(args.termination_log, "w") as f:
-            f.write(summary[:4000])
+        try:
+            with open(args.termination_log, "w") as f:
+                f.write(summary[:4000])
+        except OSError as err:  # the log above says the same; the exit code is what gates `pulumi up`
+            print(f"could not write {args.termination_log}: {err}", flush=True)
     return 0 if result["passed"] else 1
 
 

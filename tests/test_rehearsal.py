@@ -184,7 +184,7 @@ def test_smoke_checks_locally_and_what_only_the_real_model_adds():
 
 def test_smoke_against_nothing_fails_every_check_without_a_traceback(capsys):
     # port 9 on loopback: nothing listens, every check fails cleanly and says why
-    assert smoke.main(["--url", "http://127.0.0.1:9", "--model", "m", "--max-model-len", "100"]) == 1
+    assert smoke.main(["--url", "http://127.0.0.1:9", "--served-model-name", "m", "--max-model-len", "100"]) == 1
     out = capsys.readouterr().out
     assert "smoke test FAILED" in out and "Traceback" not in out
 
@@ -200,3 +200,14 @@ def test_rehearse_without_its_venv_says_how_to_get_it(capsys, monkeypatch, tmp_p
     assert main(["rehearse", "gb200", "--out", str(tmp_path / "out")]) == 2
     out = capsys.readouterr().out
     assert "make rehearse" in out and "Traceback" not in out
+    assert not (tmp_path / "out").exists(), "bad input creates nothing"
+
+
+def test_rehearse_missing_perf_profile_is_one_clear_error(capsys, monkeypatch, tmp_path):
+    python = tmp_path / "python"
+    python.write_text("")
+    monkeypatch.setenv("KIMI_K3_REHEARSE_PYTHON", str(python))
+    assert main(["rehearse", "gb200", "--out", str(tmp_path / "out"), "--perf-profile", str(tmp_path / "p.npz")]) == 2
+    out = capsys.readouterr().out
+    assert "--perf-profile" in out and "no such file" in out and "Traceback" not in out
+    assert not (tmp_path / "out").exists()

@@ -8,10 +8,12 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from contextlib import closing
@@ -24,6 +26,7 @@ from kimi_k3.config import ConfigError
 from kimi_k3.stacks import StackError, load_stack, project_root
 
 VENV_ENV = "KIMI_K3_REHEARSE_PYTHON"      # python of the rehearsal venv (default: .venv-rehearse/bin/python)
+NETNS_ENV = "KIMI_K3_REHEARSE_NETNS"      # set once the command runs inside its own network namespace
 MARKER_ENV = "KIMI_K3_REHEARSAL"          # set in every child: tests find leftovers by it in /proc/*/environ
 FIXTURE = Path(rehearsal.__file__).with_name("rehearse_fixture.py")
 
@@ -51,6 +54,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--speedup-ratio", type=float, default=1.0, help="mocker timing speedup (1.0 = its model's pace)")
     p.add_argument("--perf-profile", help="mocker --planner-profile-data (a perf profile, e.g. from aiconfigurator)")
     p.add_argument("--no-load", dest="load", action="store_false", help="skip AIPerf (ready + smoke test only)")
+    p.add_argument("--host-network", action="store_true",
+                   help="run on the host's loopback instead of a private network namespace (the default where "
+                        "`unshare` works): the runtime binds its ZMQ event publishers to 0.0.0.0")
     p.set_defaults(func=run)
     return p
 
@@ -236,17 +242,25 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     out = Path(args.out) if args.out else Path("build") / "rehearse" / args.stack
     out = out.resolve()
     logs, model_dir, discovery = out / "logs", out / "model", out / "discovery"
-    for d in (logs, out / "aiperf"):
-        d.mkdir(parents=True, exist_ok=True)
-    for old in (discovery,):  # a previous run's registrations would count as workers
-        if old.exists():
-            import shutil
-            shutil.rmtree(old)
     try:
         python = rehearse_python()
     except RehearsalFailed as err:
         say(f"kimi-k3 rehearse {args.stack}: {err}")
         return 2
+    if args.perf_profile and not Path(args.perf_profile).exists():
+        say(f"kimi-k3 rehearse {args.stack}: --perf-profile {args.perf_profile}: no such file or directory "
+            "(a mocker-format .npz or a profiler results directory)")
+        return 2
+    for d in (logs, out / "aiperf"):
+        d.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(discovery, ignore_errors=True)  # a previous run's registrations would count as workers
+    # Input checked: from here on, run inside a private network namespace where possible.
+    if not args.host_network:
+        if os.environ.get(NETNS_ENV) != "1":
+            enter_private_network(["rehearse", *command_line(args)], say)  # execs; returns only if unavailable
+        else:
+            loopback_up()
+    args.network = "private network namespace (loopback only)" if os.environ.get(NETNS_ENV) == "1" else "host loopback"
 
     # The same KV plan `kimi-k3 plan STACK` prints for each role.
     role_plans = rehearsal.role_kv_plans(graph)
@@ -258,13 +272,17 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DYN_", "HF_", "AIPERF_"))}
     env.update(rehearsal.loopback_env(str(discovery)))
     env[MARKER_ENV] = str(out)
+    # TMPDIR of every child (AIPerf's memory-mapped datasets and IPC sockets: a short path, sun_path holds 107
+    # bytes); removed at exit.
+    scratch = Path(tempfile.mkdtemp(prefix="kimi-k3-rehearse-"))
+    env["TMPDIR"] = str(scratch)
     (out / "processes.json").write_text(json.dumps(
         [{"name": p.name, "role": p.role, "argv": ["python", "-m", p.module, *p.args], "env": dict(p.env),
           "metrics_port": p.metrics_port} for p in plan.processes], indent=1))
     say(f"rehearse {args.stack}: {len(plan.workers)} mocker workers "
         + ", ".join(f"{r.key} x{r.replicas} ({r.mode}, {r.capacity.tokens:,} KV tokens = {r.capacity.num_blocks:,} "
                     f"blocks of {plan.block_size})" for r in plan.roles)
-        + f"; frontend {plan.url}; logs {logs}")
+        + f"; frontend {plan.url} ({args.network}); logs {logs}")
 
     procs = Processes(logs, env, say)
     started = time.monotonic()
@@ -315,10 +333,12 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         say("interrupted")
     finally:
         stopped = procs.stop_all()
+        shutil.rmtree(scratch, ignore_errors=True)
         say(f"stopped {stopped} processes")
     report = rehearsal.build_report(plan, ready_seconds=ready_seconds, registered=registered, smoke=smoke_result,
                                     runs=runs, kv_hit=kv_hit, worker_load=worker_load, failure=failure,
                                     extra={"total_seconds": round(time.monotonic() - started, 2),
+                                           "network": args.network, "scratch_dir": str(scratch),
                                            "speedup_ratio": args.speedup_ratio,
                                            "aiperf": {"requests": args.requests, "duration_cap_s": args.duration,
                                                       "concurrency": args.concurrency,
@@ -350,9 +370,48 @@ def _summary(report: dict[str, Any], out: Path, say: Callable[[str], None]) -> N
         + f" -> {out}/report.md")
 
 
+def command_line(args: argparse.Namespace) -> list[str]:
+    """The same command's arguments again (to re-run it inside the network namespace)."""
+    out = [args.stack]
+    for name in ("out", "ready_timeout", "requests", "duration", "concurrency", "system_prompt_tokens", "turns",
+                 "speedup_ratio", "perf_profile"):
+        value = getattr(args, name)
+        if value is not None:
+            out += ["--" + name.replace("_", "-"), str(value)]
+    return out + ([] if args.load else ["--no-load"]) + (["--host-network"] if args.host_network else [])
+
+
+def loopback_up() -> None:
+    """Bring `lo` up in a fresh network namespace (it starts down): SIOCGIFFLAGS/SIOCSIFFLAGS, no iproute2 needed."""
+    import fcntl
+    import struct
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as s:
+        flags = struct.unpack("16sH", fcntl.ioctl(s, siocgifflags, struct.pack("16sH", b"lo", 0)))[1]
+        fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
+
+
+def enter_private_network(argv: list[str], say: Callable[[str], None]) -> None:
+    """Re-run this command inside a new user + network namespace whose only interface is loopback, so no listener
+    (Dynamo's ZMQ publishers bind 0.0.0.0: lib/runtime/src/transports/event_plane) is reachable from elsewhere and
+    nothing can reach another address. Returns (and the run stays on the host's loopback) where that is impossible."""
+    probe = ["unshare", "--user", "--map-root-user", "--net", "true"]
+    try:
+        ok = subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    if not ok:
+        say("no private network namespace here (`unshare --user --net` failed): running on the host's loopback")
+        return
+    os.environ[NETNS_ENV] = "1"
+    sys.stdout.flush()
+    os.execvp("unshare", ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-m", "kimi_k3", *argv])
+
+
 def run(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, flush=True)
+
 
     def interrupted(signum, frame):  # SIGTERM/SIGHUP: clean up exactly as on Ctrl-C
         raise Interrupted()

@@ -1,0 +1,185 @@
+"""`kimi-k3 rehearse` with real processes: the Dynamo frontend + KV router, dynamo.mocker workers and AIPerf, for
+every stack; and that nothing it started outlives it, on success, on failure and on interrupt.
+
+Marked `rehearse` (deselected in `make test`); `make test-rehearse` builds .venv-rehearse and runs this file."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, STACKS, flag
+
+pytestmark = pytest.mark.rehearse
+
+PYTHON = Path(os.environ.get("KIMI_K3_REHEARSE_PYTHON", ROOT / ".venv-rehearse" / "bin" / "python"))
+MARKER = "KIMI_K3_REHEARSAL"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def rehearsal_venv():
+    if not PYTHON.is_file():
+        pytest.fail(f"{PYTHON} missing: run `make test-rehearse` (it builds .venv-rehearse first)")
+
+
+def leftovers(out: Path) -> list[str]:
+    """Processes (any descendant: the marker is inherited) still carrying this run's marker."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"{MARKER}={out}".encode() in env:
+            found.append(f"{pid}: {cmd[:120]}")
+    return found
+
+
+def listening_ports() -> set[int]:
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def rehearse(out: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kimi_k3", "rehearse", *args, "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_nothing_left(out: Path) -> None:
+    deadline = time.monotonic() + 5
+    while leftovers(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers(out) == []
+    ports = {p["metrics_port"] for p in json.loads((out / "processes.json").read_text())}
+    assert not ports & listening_ports()
+    assert not Path(json.loads((out / "report.json").read_text())["scratch_dir"]).exists()
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_rehearse_every_stack(stack, tmp_path):
+    out = tmp_path / stack
+    result = rehearse(out, stack, "--requests", "8", "--duration", "60", "--concurrency", "2",
+                      "--system-prompt-tokens", "2048", "--turns", "4")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["stack"] == stack and report["failure"] is None
+    assert 0 < report["ready_seconds"] < 240
+    for w in report["workers"]:
+        assert w["registered"] == w["replicas"] >= 1
+    assert report["smoke"]["passed"] and all(report["smoke"]["checks"].values())
+    assert len(report["smoke"]["checks"]) == 5
+    load = report["load"]
+    assert load["requests"] == 8 and load["output_tokens_per_second"] > 0
+    assert 0 < load["ttft_ms"]["p50"] <= load["ttft_ms"]["p90"] <= load["ttft_ms"]["p99"]
+    assert 0 < load["itl_ms"]["p50"] <= load["itl_ms"]["p99"]
+    assert report["runs"]["synthetic"]["requests"] == 8
+    assert 0 < report["kv_hit_rate"] <= 1   # the agentic run shares a 2048-token system prompt
+    handled = report["worker_requests"]
+    assert set(handled) == {f"{w['role']}-{i}" for w in report["workers"] for i in range(w["replicas"])}
+    assert all(n > 0 for n in handled.values()), handled   # the KV router used every replica
+    if "prefill" in report["roles"]:
+        assert report["prefill_decode_requests"]["prefill"] > 0 and report["prefill_decode_requests"]["decode"] > 0
+    for png in ("latency.png", "workers.png", "agentic_ttft.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "report.md").read_text()
+    assert "passed" in md.splitlines()[0] and "fixture tokenizer" in md
+    logs = {p.name for p in (out / "logs").iterdir()}
+    assert {"frontend.log", "aiperf-agentic.log", "aiperf-synthetic.log"} <= logs
+    assert "graph ready" in result.stdout and "stopped" in result.stdout
+    assert_nothing_left(out)
+
+
+def test_every_mocker_and_frontend_argv_is_accepted_by_the_installed_parsers(tmp_path):
+    """Parse each stack's argv with dynamo.mocker's and dynamo.frontend's own parsers (1.6.1), in their venv."""
+    from kimi_k3 import rehearsal
+    from kimi_k3.stacks import load_stack
+
+    argvs = {"mocker": [], "frontend": []}
+    for stack in STACKS:
+        _, graph = load_stack(stack, ROOT)
+        plan = rehearsal.plan_rehearsal(graph, rehearsal.role_kv_plans(graph), http_port=18000,
+                                        metrics_ports=range(21000, 21100), model_path=str(tmp_path))
+        argvs["frontend"].append(list(plan.processes[0].args))
+        argvs["mocker"] += [list(r.args) for r in plan.roles]
+    script = """
+import json, sys
+from dynamo.mocker.args import parse_args
+from dynamo.frontend.main import parse_args as parse_frontend
+argvs = json.load(sys.stdin)
+for argv in argvs["mocker"]:
+    a = parse_args(argv)
+    assert a.num_gpu_blocks > 0 and a.block_size > 0 and a.enable_prefix_caching, argv
+for argv in argvs["frontend"]:
+    sys.argv = ["dynamo.frontend", *argv]
+    parse_frontend()
+print("parsed", len(argvs["mocker"]), len(argvs["frontend"]))
+"""
+    env = {**os.environ, "DYN_FILE_KV": str(tmp_path / "kv")}
+    result = subprocess.run([str(PYTHON), "-c", script], input=json.dumps(argvs), capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "parsed 6 4" in result.stdout
+
+
+def test_graph_that_never_comes_up_fails_names_why_and_cleans_up(tmp_path):
+    out = tmp_path / "timeout"
+    result = rehearse(out, "gb300", "--ready-timeout", "0.5", "--no-load", timeout=120)
+    assert result.returncode == 1
+    assert "graph not ready after" in result.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert report["ready_seconds"] is None and "graph not ready" in report["failure"]
+    assert "FAILED" in (out / "report.md").read_text().splitlines()[0]
+    assert_nothing_left(out)
+
+
+def test_worker_that_dies_fails_names_it_and_cleans_up(tmp_path):
+    out = tmp_path / "dies"
+    # a perf profile the mocker cannot read (an empty file): every mocker exits at startup
+    bad = tmp_path / "empty.npz"
+    bad.write_bytes(b"")
+    result = rehearse(out, "gb300-disagg", "--perf-profile", str(bad), "--no-load", timeout=120)
+    assert result.returncode == 1
+    report = json.loads((out / "report.json").read_text())
+    assert "exited with code" in report["failure"] and report["failure"].split()[0] in {
+        "prefill-0", "decode-0", "decode-1"}
+    assert_nothing_left(out)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_stops_everything(tmp_path, sig):
+    out = tmp_path / f"interrupt-{sig.name}"
+    # its own process group, as a shell runs a foreground job: Ctrl-C sends SIGINT to that group
+    proc = subprocess.Popen([sys.executable, "-m", "kimi_k3", "rehearse", "gb300-disagg", "--out", str(out),
+                             "--requests", "200", "--duration", "300"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "AIPerf agentic" in line:   # graph up, load running: the most processes alive
+                break
+        time.sleep(3)
+        assert leftovers(out), "".join(seen)
+        os.killpg(proc.pid, sig)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, "".join(seen) + rest
+    assert "interrupted" in rest and "stopped" in rest
+    assert json.loads((out / "report.json").read_text())["failure"] == "interrupted"
+    assert_nothing_left(out)
