@@ -317,7 +317,8 @@ def render_markdown(report: Mapping[str, Any], plots: Iterable[str] = ()) -> str
         "not Kimi K3's.", "",
         f"- graph ready in **{_fmt(report['ready_seconds'], ' s')}** (block size {report['block_size']}, "
         f"context {report['max_model_len']:,} tokens)",
-        f"- KV cache hit rate (frontend's cached / prompt tokens): **{_fmt(report['kv_hit_rate'])}**", "",
+        "- KV cache hit rate during the load (frontend's cached / prompt tokens): **"
+        + ("-" if report["kv_hit_rate"] is None else f"{100 * report['kv_hit_rate']:.1f}%") + "**", "",
         "| role | replicas | registered | KV capacity (tokens) | blocks | KV bytes/token | requests handled |",
         "|---|---|---|---|---|---|---|",
     ]

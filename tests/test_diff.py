@@ -74,6 +74,17 @@ def by_stack(report):
     return {s["stack"]: s for s in report["stacks"]}
 
 
+SMOKE_RERUN = 'spec.template.metadata.annotations["kimi-k3.io/graph-sha256"]'
+
+
+def smoke_rerun_split(changed):
+    """The smoke test Job changes with every graph change (its pod template carries the graph's hash, so it runs
+    again): check that is all that changed about it, and return the other changes."""
+    smoke = [r for r in changed if r["type"] == "kubernetes:batch/v1:Job" and r["name"].endswith("-smoke-test")]
+    assert len(smoke) == 1 and [c["path"] for c in smoke[0]["inputs"]] == [SMOKE_RERUN], smoke
+    return [r for r in changed if r is not smoke[0]]
+
+
 def test_one_recipe_value_is_exactly_the_change(repo):
     report = diff.run_diff(repo, "base", "max-num-seqs", [])
     stacks = by_stack(report)
@@ -81,7 +92,7 @@ def test_one_recipe_value_is_exactly_the_change(repo):
     assert {s: r["status"] for s, r in stacks.items() if r["status"] != "unchanged"} == {"gb300-disagg": "changed"}
     res = stacks["gb300-disagg"]["resources"]
     assert res["added"] == res["removed"] == []
-    (changed,) = res["changed"]
+    (changed,) = smoke_rerun_split(res["changed"])
     assert (changed["type"], changed["options"]) == (DGD, [])
     # A changed flag also moves the role to its own compile-cache directory (keyed by image + flags, issue 15).
     flag_change, cache_dir = changed["inputs"]
@@ -90,10 +101,10 @@ def test_one_recipe_value_is_exactly_the_change(repo):
         "spec.components[DecodeWorker].podTemplate.spec.containers[main].volumeMounts[compile-cache].subPath"
     assert cache_dir["before"] != cache_dir["after"]
     assert stacks["gb300-disagg"]["summary"] == \
-        "gb300-disagg: 1 changed, 0 added, 0 removed; GPUs 24; nodes 6; violations 0"
+        "gb300-disagg: 2 changed, 0 added, 0 removed; GPUs 24; nodes 6; violations 0"
     md = diff.markdown(report)
     assert f"- `{DECODE_ARGS}`: `--max-num-seqs: 256 -> 128`" in md
-    assert md.count("**Changed**") == 1
+    assert md.count("**Changed**") == 2  # the graph and the smoke test Job that re-runs against it
 
 
 def test_replicas_change_moves_gpu_and_node_totals(repo):
@@ -106,7 +117,8 @@ def test_replicas_change_moves_gpu_and_node_totals(repo):
         "spec.components[DecodeWorker].replicas": (2, 3),
     }
     # Whatever else changes is capacity outside Kubernetes (e.g. the GPU node group sized from the node count).
-    assert all(not r["type"].startswith("kubernetes:") for r in stack["resources"]["changed"] if r is not dgd)
+    assert all(not r["type"].startswith("kubernetes:")
+               for r in smoke_rerun_split(stack["resources"]["changed"]) if r is not dgd)
 
 
 def test_policy_breaking_change_shows_the_new_violation_first(repo):
@@ -115,7 +127,7 @@ def test_policy_breaking_change_shows_the_new_violation_first(repo):
     assert [v["rule"] for v in stack["policy"]["new"]] == ["ucx-settings-consistent"] * len(stack["policy"]["new"])
     assert stack["policy"]["new"] and stack["policy"]["resolved"] == []
     assert f"({len(stack['policy']['new'])} new, 0 resolved)" in stack["summary"]
-    changes = stack["resources"]["changed"][0]["inputs"]
+    changes = smoke_rerun_split(stack["resources"]["changed"])[0]["inputs"]
     assert {(c["before"], c["after"]) for c in changes} == {("cuda_copy,cuda_ipc,tcp", "^cuda_ipc")}
     assert all(c["path"].endswith(".env[UCX_TLS].value") for c in changes)
     md = diff.markdown(report)
@@ -126,7 +138,7 @@ def test_policy_breaking_change_shows_the_new_violation_first(repo):
 def test_each_revision_is_rendered_by_its_own_code(repo):
     """The label lives in kimi_k3/manifests.py: rendering the base with the head's code would show nothing."""
     report = diff.run_diff(repo, "base", "code", ["gb300"])
-    changes = [c for r in report["stacks"][0]["resources"]["changed"] for c in r["inputs"]]
+    changes = [c for r in report["stacks"][0]["resources"]["changed"] for c in r["inputs"] if c["path"] != SMOKE_RERUN]
     assert changes and {(c["before"], c["after"]) for c in changes} == {("kimi-k3", "kimi")}
     assert all(c["path"].endswith('labels["app.kubernetes.io/part-of"]') for c in changes)
 

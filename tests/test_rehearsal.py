@@ -203,6 +203,15 @@ def test_rehearse_without_its_venv_says_how_to_get_it(capsys, monkeypatch, tmp_p
     assert not (tmp_path / "out").exists(), "bad input creates nothing"
 
 
+def test_rehearse_unknown_run_is_one_clear_error(capsys, monkeypatch, tmp_path):
+    python = tmp_path / "python"
+    python.write_text("")
+    monkeypatch.setenv("KIMI_K3_REHEARSE_PYTHON", str(python))
+    assert main(["rehearse", "gb200", "--out", str(tmp_path / "out"), "--runs", "agentic,soak"]) == 2
+    assert "allowed: agentic, synthetic" in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
+
+
 def test_rehearse_missing_perf_profile_is_one_clear_error(capsys, monkeypatch, tmp_path):
     python = tmp_path / "python"
     python.write_text("")

@@ -5,6 +5,7 @@ and every process's log. Every process it starts ends with it: on success, on fa
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -53,6 +54,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--turns", type=int, default=4, help="turns per agentic conversation (4)")
     p.add_argument("--speedup-ratio", type=float, default=1.0, help="mocker timing speedup (1.0 = its model's pace)")
     p.add_argument("--perf-profile", help="mocker --planner-profile-data (a perf profile, e.g. from aiconfigurator)")
+    p.add_argument("--runs", default="agentic,synthetic",
+                   help="AIPerf runs, comma-separated from agentic,synthetic (default both)")
     p.add_argument("--no-load", dest="load", action="store_false", help="skip AIPerf (ready + smoke test only)")
     p.add_argument("--host-network", action="store_true",
                    help="run on the host's loopback instead of a private network namespace (the default where "
@@ -247,6 +250,10 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     except RehearsalFailed as err:
         say(f"kimi-k3 rehearse {args.stack}: {err}")
         return 2
+    runs_wanted = [r for r in args.runs.split(",") if r]
+    if not runs_wanted or set(runs_wanted) - {"agentic", "synthetic"}:
+        say(f"kimi-k3 rehearse {args.stack}: --runs {args.runs}: allowed: agentic, synthetic (comma-separated)")
+        return 2
     if args.perf_profile and not Path(args.perf_profile).exists():
         say(f"kimi-k3 rehearse {args.stack}: --perf-profile {args.perf_profile}: no such file or directory "
             "(a mocker-format .npz or a profiler results directory)")
@@ -311,7 +318,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                 f"{k}: {v}" for k, v in smoke_result["failures"].items()))
         if args.load:
             before = _metrics(plan.http_port)
-            for kind in ("agentic", "synthetic"):
+            for kind in runs_wanted:
                 say(f"[{time.monotonic() - started:5.1f}s] AIPerf {kind}: {args.requests} requests, "
                     f"cap {args.duration:.0f}s")
                 argv = aiperf_argv(python, plan, kind, args, model_dir, out / "aiperf" / kind)
@@ -374,7 +381,7 @@ def command_line(args: argparse.Namespace) -> list[str]:
     """The same command's arguments again (to re-run it inside the network namespace)."""
     out = [args.stack]
     for name in ("out", "ready_timeout", "requests", "duration", "concurrency", "system_prompt_tokens", "turns",
-                 "speedup_ratio", "perf_profile"):
+                 "speedup_ratio", "perf_profile", "runs"):
         value = getattr(args, name)
         if value is not None:
             out += ["--" + name.replace("_", "-"), str(value)]
@@ -409,6 +416,8 @@ def enter_private_network(argv: list[str], say: Callable[[str], None]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    gc.enable()  # the console script turns the collector off for short commands; this one runs for minutes
+
     def say(line: str) -> None:
         print(line, flush=True)
 

@@ -25,7 +25,7 @@ def draw(report: dict[str, Any], out: Path) -> list[str]:
                 vals = [run[key][p] or 0 for p in ("p50", "p90", "p99")]
                 xs = [j + i * width for j in range(3)]
                 bars = ax.bar(xs, vals, width, label=name)
-                ax.bar_label(bars, fmt="%.0f", fontsize=7)
+                ax.bar_label(bars, fmt="%.0f" if key == "ttft_ms" else "%.1f", fontsize=7)
             ax.set_xticks([j + width * (len(runs) - 1) / 2 for j in range(3)], ["p50", "p90", "p99"])
             ax.set_title(title)
             ax.legend(fontsize=8)
