@@ -1,4 +1,5 @@
 # kimi-k3: every target bootstraps its own .venv from pyproject.toml (pinned), so a clean clone just works.
+# `make help` lists the targets.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,15 +8,40 @@ STACKS := gb200 gb200-disagg gb300 gb300-disagg
 # A local file backend by default: no Pulumi Cloud account needed. Override to use another backend.
 PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_BACKEND_URL
+# Per-user values (token, reservation, CIDRs, secrets salt) live here, never in the tracked Pulumi.<stack>.yaml.
+USER_CONFIG = .pulumi-user/Pulumi.$(STACK).yaml
+PULUMI_ARGS = --stack $(STACK) --config-file $(USER_CONFIG)
+MIN_PYTHON := 3.11
 
-.PHONY: venv test test-slow test-perf perf-venv pareto guard render check plan bench pulumi-cli stack token preview up park unpark clean rehearse rehearse-venv test-rehearse
+.PHONY: venv test test-slow test-perf perf-venv pareto guard render check plan bench pulumi-cli stack token preview up park unpark clean rehearse rehearse-venv test-rehearse help python-version diff user-config
 
+help:  ## list the targets
+	@echo "make TARGET [STACK=gb300-disagg]    (stacks: $(STACKS))"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/\1|\2/' | awk -F'|' '{printf "  %-14s %s\n", $$1, $$2}'
+	@echo "After make, the CLI is .venv/bin/kimi-k3 (or: . .venv/bin/activate, then kimi-k3 --help)."
+
+python-version:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < tuple(map(int, "$(MIN_PYTHON)".split("."))))' 2>/dev/null || { \
+	  echo "kimi-k3 needs Python >= $(MIN_PYTHON); '$(PYTHON)' is $$($(PYTHON) --version 2>&1 || echo missing)."; \
+	  echo "Install Python $(MIN_PYTHON)+ and run: make PYTHON=python3.11 (or python3.12, python3.13)"; exit 1; }
+
+# The venv is built from scratch (a half-built or stale one is removed first) and removed again if pip fails.
 $(BIN)/kimi-k3: pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
-	touch $@
+	@$(MAKE) --no-print-directory python-version
+	@echo "Building $(VENV) with $$($(PYTHON) --version) (pinned packages, ~750 MB; about 2 minutes the first time)..."
+	@rm -rf $(VENV)
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install --disable-pip-version-check --progress-bar off -c constraints.txt -e '.[dev]' \
+	  | grep --line-buffered -E '^(Collecting|Successfully installed)'; \
+	  $(BIN)/python -c 'import kimi_k3.commands.main' 2>/dev/null || { rm -rf $(VENV); \
+	  echo "pip failed; $(VENV) removed. Run make again (or make PYTHON=python3.X with another Python $(MIN_PYTHON)+)."; exit 1; }
+	@touch $@
+	@echo "Done: $(BIN)/kimi-k3 --version -> $$($(BIN)/kimi-k3 --version)"
 
-venv: $(BIN)/kimi-k3
+venv:  ## build .venv (pinned); rebuilt when broken or when pyproject.toml/constraints.txt change
+	@test ! -e $(BIN)/kimi-k3 || $(BIN)/python -c 'import kimi_k3.commands.main' 2>/dev/null || { \
+	  echo "$(VENV) is broken (its Python or packages are gone); rebuilding it."; rm -rf $(VENV); }
+	@$(MAKE) --no-print-directory $(BIN)/kimi-k3
 
 # The rehearsal's own venv (Dynamo runtime/frontend/mocker + AIPerf): its pins conflict with the Pulumi side's.
 REHEARSE_VENV := .venv-rehearse
@@ -28,12 +54,12 @@ $(REHEARSE_VENV)/bin/aiperf: requirements-rehearse.txt constraints-rehearse.txt
 	$(REHEARSE_VENV)/bin/pip install --disable-pip-version-check --progress-bar off --no-deps -c constraints-rehearse.txt ai-dynamo==1.6.1
 	touch $@
 
-rehearse-venv: $(REHEARSE_VENV)/bin/aiperf
+rehearse-venv: $(REHEARSE_VENV)/bin/aiperf  ## the rehearsal's own venv (Dynamo + AIPerf from PyPI, ~1.5 GB)
 
-test: venv
+test: venv  ## the test suite within its budget (what CI runs first: .ci/run)
 	$(BIN)/pytest -n auto --dist loadfile   # one worker per core; a test file stays on one worker (its fixtures once)
 
-test-slow: venv
+test-slow: venv  ## lanes beyond the make test budget: day-two changes, the Makefile and README commands as written
 	$(BIN)/pytest -m slow
 
 # The aiconfigurator lane: installs the `perf` extra (large: pandas, pyarrow, scipy) into .venv and checks that the
@@ -44,31 +70,34 @@ $(VENV)/.perf-installed: $(BIN)/kimi-k3
 
 perf-venv: $(VENV)/.perf-installed
 
-test-perf: perf-venv
+test-perf: perf-venv  ## the aiconfigurator lane (installs the large perf extra into .venv)
 	$(BIN)/pytest tests_aiconfigurator
 
-pareto: venv
+pareto: venv  ## Pareto plots of every stack in build/
 	mkdir -p build
 	for s in $(STACKS); do $(BIN)/kimi-k3 plan $$s --pareto build/pareto-$$s.png >/dev/null || exit 1; done
 
-render: venv
+render: venv  ## write build/STACK/ (manifests.yaml, resources.json) and print the critical path
 	$(BIN)/kimi-k3 render $(STACK)
 
-check: venv
+check: venv  ## the policy rules on every stack
 	$(BIN)/kimi-k3 check $(STACKS)
 
-plan: venv
+plan: venv  ## memory, KV capacity, cold start and cost of STACK
 	$(BIN)/kimi-k3 plan $(STACK)
 
 # The stack's serving graph on this machine: real Dynamo frontend + KV router, mocker engines, AIPerf; no cloud.
-rehearse: venv rehearse-venv
+rehearse: venv rehearse-venv  ## STACK's serving graph on loopback: Dynamo frontend + mockers + AIPerf
 	$(BIN)/kimi-k3 rehearse $(STACK) $(REHEARSE_ARGS)
 
 # Real processes (frontend, mockers, AIPerf) for every stack, and the cleanup on success, failure and interrupt.
-test-rehearse: venv rehearse-venv
+test-rehearse: venv rehearse-venv  ## real rehearsal processes (frontend, mockers, AIPerf) for every stack, and their cleanup
 	$(BIN)/pytest -m rehearse tests/test_rehearse_live.py
 
-bench: venv rehearse-venv
+diff: venv  ## what the working tree changes in every stack vs main (resources, GPUs, cost, policy)
+	$(BIN)/kimi-k3 diff
+
+bench: venv rehearse-venv  ## benchmarks with their budgets (bench/)
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 pulumi-cli:
@@ -76,17 +105,23 @@ pulumi-cli:
 	  echo "  curl -fsSL https://get.pulumi.com | sh      # or: brew install pulumi/tap/pulumi"; \
 	  echo "Offline, without the CLI: make render STACK=$(STACK)"; exit 1; }
 
-stack: venv pulumi-cli
+user-config: venv
+	@$(BIN)/python -m kimi_k3.user_config $(STACK) >/dev/null
+
+stack: venv pulumi-cli  ## create STACK in the backend (if new) and its per-user config .pulumi-user/Pulumi.STACK.yaml
 	@mkdir -p .pulumi-state
 	pulumi stack select --create $(STACK)
+	@$(BIN)/python -m kimi_k3.user_config $(STACK) >/dev/null
 
 token: stack
-	@pulumi config get kimi-k3:hfToken --stack $(STACK) >/dev/null 2>&1 || { \
-	  echo "Set your Hugging Face token first (with this backend: export PULUMI_BACKEND_URL=$(PULUMI_BACKEND_URL)):"; \
-	  echo "  pulumi config set --secret kimi-k3:hfToken hf_... --stack $(STACK)"; exit 1; }
+	@pulumi config get kimi-k3:hfToken $(PULUMI_ARGS) >/dev/null 2>&1 || { \
+	  echo "Set your per-user values first (with this backend: export PULUMI_BACKEND_URL=$(PULUMI_BACKEND_URL)):"; \
+	  echo "  pulumi config set --secret kimi-k3:hfToken $(PULUMI_ARGS)        # prompts for the token"; \
+	  echo "  pulumi config set --path kimi-k3:cluster.gpuNodes.capacityReservationId cr-... $(PULUMI_ARGS)"; \
+	  echo "  pulumi config set --path 'kimi-k3:cluster.publicAccessCidrs[0]' YOUR.IP.ADDR.ESS/32 $(PULUMI_ARGS)"; exit 1; }
 
-preview: token
-	pulumi preview --stack $(STACK) --policy-pack policies --diff
+preview: token  ## pulumi preview of STACK with the policy pack
+	pulumi preview $(PULUMI_ARGS) --policy-pack policies --diff
 
 # Before anything is created: what `up` would do to the deployed graph and cache (kimi-k3 check --against the
 # stack's own state; policies/README.md, upgrade rules). A new stack has nothing deployed yet.
@@ -98,18 +133,19 @@ guard: stack
 	    echo "make up: stopped before changing anything: the change above would replace or delete the graph or the model cache (docs/operating.md)"; exit 1; }; \
 	else echo "make up: nothing deployed yet on stack $(STACK): no upgrade check"; fi
 
-up: token guard
-	pulumi up --stack $(STACK) --policy-pack policies
+up: token guard  ## pulumi up of STACK with the policy pack (creates the AWS resources)
+	pulumi up $(PULUMI_ARGS) --policy-pack policies
 
 # Teardown that keeps the weights (eks): delete EKS, nodes, NAT, add-ons and the graph; keep the model cache's
 # filesystem and its network (docs/aws.md, Teardown). `make unpark` rebuilds everything onto the same weights.
-park: token
-	pulumi config set --path 'kimi-k3:cluster.parked' true --stack $(STACK)
-	pulumi up --stack $(STACK) --policy-pack policies
+# `parked` is a per-deployment value: it goes into the per-user config, not the shared stack file.
+park: token  ## delete everything of STACK but the filesystem with the weights (docs/aws.md, Teardown)
+	pulumi config set --path 'kimi-k3:cluster.parked' true $(PULUMI_ARGS)
+	pulumi up $(PULUMI_ARGS) --policy-pack policies
 
-unpark: token
-	pulumi config rm --path 'kimi-k3:cluster.parked' --stack $(STACK)
-	pulumi up --stack $(STACK) --policy-pack policies
+unpark: token  ## rebuild STACK onto the kept weights
+	pulumi config rm --path 'kimi-k3:cluster.parked' $(PULUMI_ARGS)
+	pulumi up $(PULUMI_ARGS) --policy-pack policies
 
-clean:
-	rm -rf build rendered .pytest_cache
+clean:  ## remove build output and .venv (the next make rebuilds it); keeps .pulumi-state and .pulumi-user
+	rm -rf build rendered .pytest_cache $(VENV)

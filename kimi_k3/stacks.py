@@ -74,7 +74,7 @@ def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
         if isinstance(value, dict) and set(value) == {"secure"}:
             config[key], _ = SECRET_PLACEHOLDER, secrets.add(key)
         else:
-            config[key] = value if isinstance(value, str) else json.dumps(value)
+            config[key] = value if isinstance(value, str) else json.dumps(value, default=str)  # YAML dates as text
     assumed = []
     # Offline tools cannot decrypt secrets; one the stack file does not hold yet (set per user) is assumed set.
     for key in USER_SECRETS:
@@ -92,7 +92,7 @@ def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
         cluster["gpuNodes"] = {**gpu_nodes, "capacityReservationId": RESERVATION_PLACEHOLDER}
         config["kimi-k3:cluster"] = json.dumps(cluster)
         assumed.append(f"kimi-k3:cluster.gpuNodes.capacityReservationId = {RESERVATION_PLACEHOLDER}")
-    if cluster.get("mode") == "eks" and cluster.get("endpointPublicAccess", True) \
+    if isinstance(cluster, dict) and cluster.get("mode") == "eks" and cluster.get("endpointPublicAccess", True) \
             and "publicAccessCidrs" not in cluster:
         cluster["publicAccessCidrs"] = [PUBLIC_CIDR_PLACEHOLDER]
         config["kimi-k3:cluster"] = json.dumps(cluster)

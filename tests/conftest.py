@@ -93,3 +93,34 @@ def assert_one_clear_error(stack: str, overrides: dict, expected: list[str]) -> 
         assert part in message, f"{part!r} not in {message!r}"
     assert len(message.splitlines()) <= 2, message
     assert info.value.registered == [], "a configuration error must register nothing"
+
+
+def project_copy(dest: Path) -> Path:
+    """The project as a fresh clone would have it (the repository's files, no build output), at `dest`.
+
+    `.venv` is this checkout's (linked, and older than pyproject.toml's copy, so make does not rebuild it)."""
+    import os
+    import shutil
+    import subprocess
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    for name in files:
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    (dest / ".venv").symlink_to(ROOT / ".venv")
+    for name in ("pyproject.toml", "constraints.txt"):
+        os.utime(dest / name, (0, 0))
+    return dest
+
+
+def fake_pulumi_bin(tmp_path: Path) -> Path:
+    """A directory holding `pulumi`: tests/fake_pulumi.py run by this interpreter."""
+    import sys
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "pulumi"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{ROOT / "tests" / "fake_pulumi.py"}" "$@"\n')
+    script.chmod(0o755)
+    return bin_dir

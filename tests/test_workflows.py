@@ -105,6 +105,6 @@ def test_preview_runs_only_with_credentials_and_the_policy_pack():
 def test_every_secret_and_variable_is_documented():
     used = set()
     for path in FILES:
-        used |= set(re.findall(r"\b(?:secrets|vars)\.([A-Z_]+)", path.read_text()))
+        used |= set(re.findall(r"\b(?:secrets|vars)\.([A-Z0-9_]+)", path.read_text()))
     doc = DOC.read_text()
     assert used and not [name for name in sorted(used) if f"`{name}`" not in doc]

@@ -256,7 +256,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{stack}: {len(rendered.objects)} Kubernetes objects, {len(rendered.resources)} resources, "
               f"{rendered.outputs.get('gpus')} GPUs on {rendered.outputs.get('nodes')} nodes -> {out}/")
         if rendered.assumed:
-            print(f"  assumed (set per user, not in Pulumi.{stack}.yaml): " + "; ".join(rendered.assumed))
+            print(f"  assumed (per-user values, kept in .pulumi-user/Pulumi.{stack}.yaml, never read offline): "
+                  + "; ".join(rendered.assumed))
         if args.critical_path:
             from kimi_k3 import critical_path
             from kimi_k3.stacks import load_stack
