@@ -68,7 +68,7 @@ $(VENV)/.perf-installed: $(BIN)/kimi-k3
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,perf]'
 	touch $@
 
-perf-venv: $(VENV)/.perf-installed
+perf-venv: $(VENV)/.perf-installed  ## install the perf extra (aiconfigurator; large) into .venv
 
 test-perf: perf-venv  ## the aiconfigurator lane (installs the large perf extra into .venv)
 	$(BIN)/pytest tests_aiconfigurator
