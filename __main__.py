@@ -31,7 +31,7 @@ try:  # validate everything before the first resource is registered: bad input i
     # Operator, Grove, KAI, DRA driver and CRD versions move together (recipes/platform-set.yaml).
     platform_set.check(addons, cfg.cluster.kubernetes_version if eks_mode else None, {
         "DynamoGraphDeployment": manifests.graph_deployment(graph)["apiVersion"],
-        **{"ComputeDomain": manifests.compute_domain(graph, r)["apiVersion"] for r in graph.roles[:1]}})
+        **{"ComputeDomain": manifests.compute_domain(graph, k)["apiVersion"] for k in graph.compute_domains[:1]}})
 except UserError as err:
     raise pulumi.RunError(in_stack_file(pulumi.get_stack(), err)) from None
 except Exception as err:  # noqa: BLE001 - a check that failed to say what is wrong is still reported in one line
@@ -99,7 +99,8 @@ else:
         gpu_nodes_ready=[cluster.namespace, *([eks.gpu_nodes] if eks else [])],
         gpu_node_selector=aws.gpu_node_labels(graph.platform.name) if eks else None,
         smoke_test=SmokeTestArgs(cfg.model.download_image, aws.SYSTEM_LABELS if eks else None)
-        if cfg.serving.smoke_test else None), opts=k8s_only)
+        if cfg.serving.smoke_test else None,
+        watch_image=cfg.model.download_image, node_selector=aws.SYSTEM_LABELS if eks else None), opts=k8s_only)
 
     # Monitors, alert rules and dashboards for every serving pod; kube-prometheus-stack unless the cluster has its own.
     if monitoring.stack_mode(cfg) != "none":

@@ -16,6 +16,9 @@ TYPED = {
     ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
     ("batch/v1", "Job"): k8s.batch.v1.Job,
     ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
+    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
+    ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
 }
 
 

@@ -27,7 +27,8 @@ class ServingGraphArgs:
                  workers_ready: Sequence[pulumi.Resource], preflight: Optional[PreflightConfig] = None,
                  nodes_ready: Sequence[pulumi.Resource] = (), gpu_nodes_ready: Sequence[pulumi.Resource] = (),
                  gpu_node_selector: Optional[dict[str, str]] = None,
-                 smoke_test: Optional[SmokeTestArgs] = None):
+                 smoke_test: Optional[SmokeTestArgs] = None, watch_image: str = "",
+                 node_selector: Optional[dict[str, str]] = None):
         """
         :param graph: roles, TP, nodes, flags and env of the selected recipe with stack overrides.
         :param platform_ready: what ComputeDomains and the graph need to be accepted (the namespace, the DRA
@@ -39,9 +40,13 @@ class ServingGraphArgs:
         :param gpu_nodes_ready: what the image pre-pull DaemonSet waits for (the namespace; the GPU node group in eks mode).
         :param gpu_node_selector: where the pre-pull runs (default: the workers' GPU affinity).
         :param smoke_test: run the smoke test Job once the graph is Ready (None: no Job).
+        :param watch_image: image of the graph-ready Job (Python 3, stdlib only: the download image).
+        :param node_selector: where that Job runs (eks: the system nodes).
         """
         self.gpu_nodes_ready = list(gpu_nodes_ready)
         self.gpu_node_selector = gpu_node_selector
+        self.watch_image = watch_image
+        self.node_selector = node_selector
         self.graph = graph
         self.platform_ready = list(platform_ready)
         self.workers_ready = list(workers_ready)
@@ -51,8 +56,9 @@ class ServingGraphArgs:
 
 
 class ServingGraph(pulumi.ComponentResource):
-    """One ComputeDomain per multinode role, then the graph, which `pulumi up` waits on until Ready, then the smoke
-    test Job against the frontend, whose failure fails `pulumi up`."""
+    """The ComputeDomains roles claim (one shared by all roles when KV moves over NVLink), the graph, the
+    graph-ready Job `pulumi up` waits on (Ready, or a failure named within minutes), then the smoke test Job
+    against the frontend, whose failure fails `pulumi up`."""
 
     deployment: pulumi.CustomResource
     smoke: Optional[pulumi.CustomResource] = None
@@ -61,13 +67,14 @@ class ServingGraph(pulumi.ComponentResource):
         super().__init__("kimi-k3:serving:ServingGraph", name, None, opts)
         g = args.graph
         domains = [
-            register(f"{name}-{role.key}-compute-domain", manifests.compute_domain(g, role),
+            register(f"{name}-{key}-compute-domain", manifests.compute_domain(g, key),
                      pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
-            for role in g.roles
+            for key in g.compute_domains
         ]
         checks = []
         pf = args.preflight
-        multinode = [(r, d) for r, d in zip(g.roles, domains) if r.nodes_per_replica > 1]
+        by_key = dict(zip(g.compute_domains, domains))  # roles handing KV over NVLink share one domain
+        multinode = [(r, by_key[r.compute_domain]) for r in g.roles if r.nodes_per_replica > 1]
         if pf is not None and pf.enabled and multinode:
             script = register(f"{name}-preflight-script", manifests.preflight_script_config_map(g),
                               pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
@@ -87,12 +94,18 @@ class ServingGraph(pulumi.ComponentResource):
                                 pulumi.ResourceOptions(parent=self, depends_on=args.gpu_nodes_ready))
         self.deployment = register(f"{name}-deployment", manifests.graph_deployment(g), pulumi.ResourceOptions(
             parent=self, depends_on=args.platform_ready + args.workers_ready + domains + checks + [self.prepull]))
+        *access, job = manifests.graph_watch_objects(g, args.watch_image, args.node_selector)
+        watch = [register(f"{name}-watch-{o['kind'].lower()}", o, pulumi.ResourceOptions(
+            parent=self, depends_on=args.platform_ready[:1])) for o in access]
+        # `pulumi up` ends here: when the graph is Ready, or within minutes of a pod that cannot run.
+        self.ready = register(f"{name}-ready", job, pulumi.ResourceOptions(
+            parent=self, depends_on=[self.deployment, *watch]))
         if args.smoke_test is not None:
             smoke_script = register(f"{name}-smoke-script", manifests.smoke_script_config_map(g),
                                     pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
-            # Created only once the graph is Ready (the deployment's waitFor), awaited until Complete or Failed.
+            # Created only once the graph is Ready (the graph-ready Job), awaited until Complete or Failed.
             self.smoke = register(f"{name}-smoke-test", manifests.smoke_job(g, args.smoke_test.image,
                                                                              args.smoke_test.node_selector),
-                                  pulumi.ResourceOptions(parent=self, depends_on=[self.deployment, smoke_script]))
+                                  pulumi.ResourceOptions(parent=self, depends_on=[self.ready, smoke_script]))
         self.register_outputs({"name": self.deployment.metadata["name"], "gpus": g.gpus, "nodes": g.nodes,
                                "smokeTest": self.smoke.metadata["name"] if self.smoke else None})

@@ -129,6 +129,8 @@ def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
                                             .get("labels") or {}).get("app.kubernetes.io/component") == "fabric-preflight":
         # Its pods need the runtime image first (pulled beside the pre-pull DaemonSet, on the same nodes).
         return est.of("image_pull") + est.of("fabric_preflight"), "image_pull + fabric_preflight"
+    if t == "kubernetes:batch/v1:Job" and _is_graph_ready_job(inputs):
+        return est.load_seconds + est.of(est.warmup_key), f"weights load ({est.load_what}) + {est.warmup_key}"
     if t == "kubernetes:batch/v1:Job":
         verify = est.of("verify_checkpoint")
         if downloads_from_hub(inputs):
@@ -136,7 +138,7 @@ def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
         return verify, "verify_checkpoint (pre-staged weights, no download)"
     if t == "kubernetes:apps/v1:DaemonSet" and is_image_prepull(r):
         return est.of("image_pull"), "image_pull (runtime image onto the GPU nodes)"
-    if t.endswith(":DynamoGraphDeployment"):
+    if t.endswith(":DynamoGraphDeployment") and "pulumi.com/skipAwait" not in _annotations(inputs):
         return est.load_seconds + est.of(est.warmup_key), f"weights load ({est.load_what}) + {est.warmup_key}"
     if t.startswith("aws:iam/"):
         return est.of("iam"), "iam"
@@ -155,6 +157,16 @@ def is_fetcher(r: dict[str, Any]) -> bool:
 def is_image_prepull(r: dict[str, Any]) -> bool:
     labels = r.get("inputs", {}).get("metadata", {}).get("labels", {})
     return labels.get("app.kubernetes.io/component") == PREPULL_COMPONENT
+
+
+def _annotations(inputs: dict[str, Any]) -> dict[str, Any]:
+    return (inputs.get("metadata") or {}).get("annotations") or {}
+
+
+def _is_graph_ready_job(job_inputs: dict[str, Any]) -> bool:
+    """The Job `pulumi up` waits on until the graph is Ready (kimi_k3/graph_watch.py)."""
+    labels = ((((job_inputs.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {})
+    return labels.get("app.kubernetes.io/component") == "graph-ready"
 
 
 def downloads_from_hub(job_inputs: dict[str, Any]) -> bool:
@@ -201,15 +213,18 @@ def redeploy(est: Estimates) -> Estimates:
 
 def critical_path(resources: list[dict[str, Any]], est: Estimates, target: Optional[str] = None,
                   existing: bool = False) -> CriticalPath:
-    """Longest path to `target` (default: the DynamoGraphDeployment) through dependsOn and provider edges.
+    """Longest path to `target` (default: the graph-ready Job, else the DynamoGraphDeployment) through dependsOn
+    and provider edges.
     `existing`: every resource but the target already exists (a re-deploy of the graph)."""
     by_urn = {r["urn"]: r for r in resources}
     children: dict[str, list[str]] = {}
     for r in resources:
         if r.get("parent") in by_urn:
             children.setdefault(r["parent"], []).append(r["urn"])
-    if target is None:
-        target = next((u for u, r in by_urn.items() if r["type"].endswith(":DynamoGraphDeployment")), None)
+    if target is None:  # the graph Ready: the graph-ready Job that waits for it, else the graph itself
+        target = next((u for u, r in by_urn.items() if r["type"] == "kubernetes:batch/v1:Job"
+                       and _is_graph_ready_job(r.get("inputs", {}))),
+                      next((u for u, r in by_urn.items() if r["type"].endswith(":DynamoGraphDeployment")), None))
 
     def _duration(r: dict[str, Any]) -> tuple[float, str]:
         if existing and r["urn"] != target:

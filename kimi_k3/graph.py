@@ -11,8 +11,8 @@ from typing import Any, Literal, Optional
 from pydantic import Field, ValidationError
 
 from .data import recipe_file
-from .images import image_tag, names_runtime_version, pin_problem
-from .aws import efa_devices_per_node
+from .images import NODE_ARCHES, image_facts, image_tag, kube_arch, names_runtime_version, pin_problem
+from .aws import efa_devices_per_node, load_aws_facts
 from .planner import Platform, load_model_facts, load_platforms, memory_fit
 from .config import (
     ConfigError, FlagValue, Quantity, StackConfig, Strict, allowed_as, format_validation_error,
@@ -67,9 +67,10 @@ class Recipe(Strict):
     max_model_len: int = Field(alias="maxModelLen", ge=1)
     kv_cache_dtype: Literal["fp8", "bf16", "auto"] = Field(alias="kvCacheDtype")
     kv_events_port: int = Field(alias="kvEventsPort", ge=1024, le=65535)
-    # How disaggregated KV moves between prefill and decode: `nvlink` (NIXL default UCX backend, cuda_ipc over MNNVL)
-    # or `efa` (NIXL LIBFABRIC backend, workers request the node's EFA devices; only where nodes have EFA).
-    kv_transport: Literal["nvlink", "efa"] = Field("nvlink", alias="kvTransport")
+    # How disaggregated KV moves between prefill and decode: `nvlink` (NIXL default UCX backend, cuda_ipc over MNNVL,
+    # every role in one ComputeDomain), `efa` (NIXL LIBFABRIC backend, workers request the node's EFA devices, needs
+    # an EFA runtime image), or `auto`: NVLink when the whole graph fits one NVLink domain, else EFA.
+    kv_transport: Literal["auto", "nvlink", "efa"] = Field("auto", alias="kvTransport")
     frontend: FrontendRecipe
     worker: WorkerRecipe
     roles: dict[str, RoleRecipe]
@@ -103,6 +104,9 @@ class Role:
     dcp: int = 1                  # vLLM decode context parallel size (recipes/dcp.yaml)
     # Subdirectory of the shared compile-cache volume this role's pods mount (one per image + flags), "" = none.
     compile_cache_key: str = ""
+    # Key of the ComputeDomain (IMEX domain) this role claims: roles that hand KV over NVLink share one, since a
+    # pod cannot import memory exported in another IMEX domain (NVIDIA DRA driver docs).
+    compute_domain: str = ""
 
     @property
     def gpus(self) -> int:
@@ -122,6 +126,7 @@ class Frontend:
     args: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     http_port: int
+    arch: tuple[str, ...] = NODE_ARCHES    # kubernetes.io/arch values the frontend may run on (its image's)
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,9 @@ class ServingGraph:
     ready_timeout_seconds: int
     download_timeout_seconds: int
     compile_cache: bool = False     # workers mount the shared compile-cache volume (kimi-k3:storage.compileCache)
+    kv_transport: str = "nvlink"          # nvlink | efa (resolved from the recipe and the topology)
+    kv_transport_reason: str = ""
+    download_arch: tuple[str, ...] = NODE_ARCHES   # kubernetes.io/arch values the download image runs on
 
     @property
     def gpus(self) -> int:
@@ -153,6 +161,11 @@ class ServingGraph:
     @property
     def nodes(self) -> int:
         return sum(r.nodes for r in self.roles)
+
+    @property
+    def compute_domains(self) -> tuple[str, ...]:
+        """The ComputeDomain keys roles claim, each once, in role order."""
+        return tuple(dict.fromkeys(r.compute_domain for r in self.roles))
 
     @property
     def frontend_service(self) -> str:
@@ -340,13 +353,62 @@ def _dcp(key: str, role_type: str, tp: int, over, flags: dict[str, FlagValue], i
     return dcp
 
 
+def nvlink_domain_nodes(cfg: StackConfig, platform: Platform) -> tuple[int, str]:
+    """Nodes one NVLink domain holds where the graph runs, and why: on EKS one UltraServer."""
+    if cfg.cluster.mode == "eks":
+        n = cfg.cluster.gpu_nodes.ultra_server_nodes
+        return n, f"one UltraServer of kimi-k3:cluster.gpuNodes.ultraServerNodes = {n} instances"
+    return platform.nvlink_domain_nodes, f"one {platform.name} NVL72 rack of {platform.nvlink_domain_nodes} nodes"
+
+
+def choose_kv_transport(recipe: Recipe, cfg: StackConfig, platform: Platform, image: str,
+                        role_nodes: dict[str, int]) -> tuple[str, str]:
+    """(`nvlink` | `efa`, why): NVLink when prefill and decode fit one NVLink domain, EFA (with an EFA image) only
+    when they cannot. Aggregated graphs move no KV between roles: NVLink (their TP groups need it anyway)."""
+    disagg = {"prefill", "decode"} <= {r.type for r in recipe.roles.values()}
+    total = sum(role_nodes.values())
+    domain, where = nvlink_domain_nodes(cfg, platform)
+    fits = total <= domain
+    if not disagg:
+        return "nvlink", "aggregated: no KV moves between roles"
+    if cfg.cluster.mode == "eks" and not fits:
+        # eks mode runs a graph inside one UltraServer; kimi_k3.aws.gpu_node_plan refuses this config with the
+        # node-group reason (and the UltraServer size that would fit) right after this, before anything exists.
+        return "nvlink", f"prefill + decode = {total} nodes exceed {where} (refused by the GPU node plan)"
+    wanted = recipe.kv_transport
+    if wanted == "nvlink" and not fits:
+        raise ConfigError(f"kimi-k3:serving: prefill and decode take {total} GPU nodes, more than {where}; "
+                          "KV cannot stay on NVLink (recipe kvTransport: nvlink). Lower the replicas "
+                          "(kimi-k3:serving.pdRatio / roles.<role>.replicas) or use a recipe with kvTransport: auto")
+    if wanted == "nvlink" or (wanted == "auto" and fits):
+        return "nvlink", f"prefill + decode = {total} nodes fit {where}: KV over NVLink (one ComputeDomain)"
+    if not image_facts(image).efa:
+        raise ConfigError(f"kimi-k3:serving.image = {image!r}: KV must cross EFA (prefill + decode = {total} nodes, "
+                          f"more than {where}), which needs a Dynamo EFA runtime image (vllm-runtime:<version>-efa, "
+                          "recipes/images.yaml); none is published for the Kimi K3 build. Allowed: an -efa image, or "
+                          "fewer replicas so prefill and decode fit one NVLink domain")
+    return "efa", f"prefill + decode = {total} nodes exceed {where}: KV over EFA (NIXL LIBFABRIC)"
+
+
+def _check_image_arch(image: str, arches: set[str], key: str, where: str) -> tuple[str, ...]:
+    """The kubernetes.io/arch values pods of this image may use; an error when the nodes they need are not one."""
+    known = image_facts(image).arch
+    if known is None:
+        return tuple(sorted(arches))      # unknown image: nothing to narrow (the rule reports "not evaluated")
+    usable = known & arches
+    if not usable:
+        raise ConfigError(f"{key} = {image!r}: built for {', '.join(sorted(known))} (recipes/images.yaml) but "
+                          f"{where} are {', '.join(sorted(arches))}; allowed: an image built for "
+                          f"{' or '.join(sorted(arches))}")
+    return tuple(sorted(usable))
+
+
 def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     recipe = load_recipe(cfg.recipe)
     # One name whatever the recipe: a DynamoGraphDeployment whose name changes is replaced, not patched, and the
     # operator then starts a second worker generation beside the first (ai-dynamo/dynamo#13495).
     name = GRAPH_NAME
     platform = load_platforms()[recipe.platform]
-    efa = efa_devices_per_node(cfg, platform.name) if recipe.kv_transport == "efa" else 0
     unknown = sorted(set(cfg.serving.roles) - set(recipe.roles))
     if unknown:
         raise ConfigError(f"kimi-k3:serving.roles.{unknown[0]}: no such role in recipe {cfg.recipe}; "
@@ -355,6 +417,31 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     # A staged rollout (docs/operating.md#rollouts) adds replicas to every worker role; the node group follows.
     replicas = {key: n + cfg.serving.rollout.surge for key, n in _replicas(recipe, cfg).items()}
     compile_cache = cfg.storage.resolved_compile_cache(cfg.cluster.mode) != "none"
+    topology = {}
+    for key, rr in recipe.roles.items():
+        over = cfg.serving.roles.get(key)
+        util = over.gpu_memory_utilization if over and over.gpu_memory_utilization else rr.gpu_memory_utilization
+        topology[key] = _topology(key, rr, over, platform, util, recipe.kv_cache_dtype, recipe.max_model_len)
+    transport, transport_reason = choose_kv_transport(
+        recipe, cfg, platform, image, {key: nodes * replicas[key] for key, (_, nodes) in topology.items()})
+    efa = efa_devices_per_node(cfg, platform.name) if transport == "efa" else 0
+    if transport == "efa" and not efa:
+        raise ConfigError(f"kimi-k3:cluster.efaDevicesPerNode: KV moves over EFA ({transport_reason}) but the GPU "
+                          "nodes offer no EFA devices; set it (existing clusters) or use eks mode")
+    shared_domain = transport == "nvlink" and len(recipe.roles) > 1
+    # No pod may land where its image cannot run: workers on the GPU nodes' arch, the frontend and the
+    # download Job on what their images are built for (eks: the system nodes' arch).
+    gpu_arch = {kube_arch(platform.arch)}
+    _check_image_arch(image, gpu_arch, "kimi-k3:serving.image", f"{platform.name} GPU nodes")
+    side_arches = set(NODE_ARCHES)
+    side_where = "the nodes"
+    if cfg.cluster.mode == "eks":
+        system_ami = cfg.cluster.system_nodes.ami_type
+        side_arches = {kube_arch(load_aws_facts().ami_types.get(system_ami, "unknown"))}
+        side_where = f"system nodes (kimi-k3:cluster.systemNodes.amiType = {system_ami})"
+    frontend_arch = _check_image_arch(image, side_arches, "kimi-k3:serving.image (frontend)", side_where)
+    download_arch = _check_image_arch(cfg.model.download_image, side_arches, "kimi-k3:model.downloadImage",
+                                      side_where)
     model_path = f"{cfg.model.cache_mount_path.rstrip('/')}/{cfg.model.repo}"
     prestaged = cfg.storage.resolved_kind == "fsx-lustre" and bool(cfg.storage.fsx.s3_import_path)
     if cfg.model.revision != "main" and not prestaged:
@@ -371,11 +458,13 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     for key, rr in recipe.roles.items():
         over = cfg.serving.roles.get(key)
         util = over.gpu_memory_utilization if over and over.gpu_memory_utilization else rr.gpu_memory_utilization
-        tp, nodes = _topology(key, rr, over, platform, util, recipe.kv_cache_dtype, recipe.max_model_len)
+        tp, nodes = topology[key]
         extra = over.extra_args if over else {}
         _check_overridable(extra, DERIVED_WORKER_FLAGS, f"kimi-k3:serving.roles.{key}.extraArgs")
         typed: dict[str, FlagValue] = {
-            "--model": "$(MODEL_PATH)", "--served-model-name": "$(SERVED_MODEL_NAME)",
+            # Literal values, never $(VAR): the operator shell-quotes multinode args into `sh -c` for non-leader
+            # pods (`$` -> `\$`) after kubelet has expanded $(VAR), so they would get `\/model-cache/...`.
+            "--model": model_path, "--served-model-name": cfg.model.served_model_name,
             "--tensor-parallel-size": tp, "--gpu-memory-utilization": util,
             "--kv-cache-dtype": recipe.kv_cache_dtype, "--max-model-len": recipe.max_model_len,
             "--block-size": recipe.block_size,
@@ -402,9 +491,10 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             args=flag_list(flags), env=tuple(env.items()),
             pod_annotations=tuple(sorted(recipe.worker.pod_annotations.items())),
             efa_devices=efa,
-            nvlink_group=name if recipe.kv_transport == "nvlink" else f"{name}-{key}",
             dcp=dcp,
             compile_cache_key=cache_key,
+            nvlink_group=name if transport == "nvlink" else f"{name}-{key}",
+            compute_domain="nvlink" if shared_domain else key,
         ))
     fe = cfg.serving.frontend
     _check_overridable(fe.extra_args, DERIVED_FRONTEND_FLAGS, "kimi-k3:serving.frontend.extraArgs")
@@ -414,7 +504,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         component="Frontend", replicas=fe.replicas or recipe.frontend.replicas,
         cpu=recipe.frontend.cpu, memory=recipe.frontend.memory, args=flag_list(fe_flags),
         env=tuple(merge(merge({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, recipe.frontend.env), fe.env).items()),
-        http_port=http_port,
+        http_port=http_port, arch=frontend_arch,
     )
     return ServingGraph(
         stack=stack, recipe=cfg.recipe, name=name, namespace=cfg.serving.namespace,
@@ -426,6 +516,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         ready_timeout_seconds=cfg.serving.ready_timeout_seconds,
         download_timeout_seconds=cfg.serving.download_timeout_seconds,
         compile_cache=compile_cache,
+        kv_transport=transport, kv_transport_reason=transport_reason, download_arch=download_arch,
     )
 
 

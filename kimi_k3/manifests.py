@@ -9,6 +9,7 @@ from typing import Any
 
 from .graph import Role, ServingGraph, compile_cache_spec
 from .monitoring import role_labels
+from .images import kube_arch
 
 PART_OF = {"app.kubernetes.io/part-of": "kimi-k3"}
 NVLINK_GROUP_LABEL = "kimi-k3.io/nvlink-group"
@@ -19,10 +20,15 @@ CACHE_VOLUME = "model-cache"
 HEALTH_PORT = 9090                         # Dynamo system server (/health), as upstream probes it
 PROBE_PERIOD_SECONDS = 10
 VERIFY_SCRIPT = Path(__file__).with_name("verify_checkpoint.py")
-TOOLS_DIR = "/opt/hub"                     # emptyDir shared by the download and verify containers
+TOOLS_DIR = "/opt/hub"                     # emptyDir holding the pinned huggingface_hub install
 SMOKE_SCRIPT = Path(__file__).with_name("smoke.py")   # the same smoke test `kimi-k3 rehearse` runs locally
 SMOKE_WAIT_SECONDS = 300                   # the frontend Service may lag the graph's Ready condition
 SMOKE_DEADLINE_SECONDS = 1200              # the whole Job, retries included; `pulumi up` fails after it
+# A pod that fails at once (bad token, wrong revision) fails the Job after 4 tries and 10+20+40 s of the Job
+# controller's pod backoff: `pulumi up` reports it within minutes. A resumed `hf download` loses nothing.
+DOWNLOAD_BACKOFF_LIMIT = 3
+AWAIT_GRACE_SECONDS = 300                  # provider timeout beyond the Job's activeDeadlineSeconds
+VERIFY_REPORT_SECONDS = 600                # Job deadline beyond the verify step's own wait (pip install, report)
 
 Obj = dict[str, Any]
 
@@ -36,6 +42,8 @@ NAMES = {
     "compile_cache": "kimi-k3-compile-cache",
     "prepull": "kimi-k3-image-prepull",
     "smoke": "kimi-k3-smoke-test",
+    "watch": "kimi-k3-graph-watch",
+    "ready": "kimi-k3-graph-ready",
 }
 COMPILE_CACHE_VOLUME = "compile-cache"
 COMPILE_CACHE_GI = 100                     # what the compile-cache PV/PVC advertise (EFS is elastic)
@@ -43,14 +51,29 @@ COMPILE_CACHE_GI = 100                     # what the compile-cache PV/PVC adver
 # 3.10 as pinned by Kubernetes 1.34's kubeadm constants), multi-arch.
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 PREPULL_COMPONENT = "image-prepull"         # kimi_k3.critical_path charges image_pull to it
+GRAPH_LABEL = "kimi-k3.io/graph"           # on every pod of the graph: what the graph-ready Job watches
+WATCH_SCRIPT = Path(__file__).with_name("graph_watch.py")
+
+
+ARCH_LABEL = "kubernetes.io/arch"
 
 
 def compute_domain_name(graph: ServingGraph, role: Role) -> str:
-    return f"{graph.name}-{role.key}"
+    return f"{graph.name}-{role.compute_domain}"
 
 
 def channel_template_name(graph: ServingGraph, role: Role) -> str:
     return f"{compute_domain_name(graph, role)}-channel"
+
+
+def _arch_requirement(arches) -> Obj:
+    """Required node affinity: only nodes of an architecture the pod's image is built for (recipes/images.yaml)."""
+    return {"key": ARCH_LABEL, "operator": "In", "values": sorted(arches)}
+
+
+def _node_affinity(*expressions: Obj) -> Obj:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": list(expressions)}]}}}
 
 
 def _meta(graph: ServingGraph, name: str, **extra: Any) -> Obj:
@@ -103,31 +126,39 @@ def download_job(graph: ServingGraph, download_image: str, hub_version: str, fet
                 "seccompProfile": {"type": "RuntimeDefault"}}
     mounts = [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, **({"readOnly": True} if wait_seconds else {})},
               {"name": "tools", "mountPath": TOOLS_DIR}]
-    download = f"set -eu\npip install --no-cache-dir --target {TOOLS_DIR} 'huggingface_hub[hf_xet]=={hub_version}'\n"
+    script = f"set -eu\npip install --no-cache-dir --target {TOOLS_DIR} 'huggingface_hub[hf_xet]=={hub_version}'\n"
     if fetch_from_hub:
         # hf download skips complete files and resumes partial ones, so a retried pod continues.
-        download += f'{TOOLS_DIR}/bin/hf download "$MODEL_REPO" --revision "$MODEL_REVISION" --local-dir "$MODEL_PATH"\n'
+        script += f'{TOOLS_DIR}/bin/hf download "$MODEL_REPO" --revision "$MODEL_REVISION" --local-dir "$MODEL_PATH"\n'
+    script += f"exec python3 /scripts/{VERIFY_SCRIPT.name}\n"
+    # Waiting for weights fetched elsewhere, the verify step gives up first and names what is missing.
+    deadline = graph.download_timeout_seconds + (VERIFY_REPORT_SECONDS if wait_seconds else 0)
     return {
         "apiVersion": "batch/v1", "kind": "Job",
+        # No pulumi.com/waitFor: it replaces pulumi-kubernetes' Job await, which fails `up` as soon as the Job
+        # is Failed (BackoffLimitExceeded / DeadlineExceeded) with its pods' errors; waitFor only succeeds or
+        # times out. The provider's timeout sits past the Job's own deadline so the Job names the reason.
         "metadata": _meta(graph, n["job"], annotations={
-            "pulumi.com/waitFor": "condition=Complete",
-            "pulumi.com/timeoutSeconds": str(graph.download_timeout_seconds),
+            "pulumi.com/timeoutSeconds": str(deadline + AWAIT_GRACE_SECONDS),
         }),
         "spec": {
-            "backoffLimit": 6,
+            "backoffLimit": DOWNLOAD_BACKOFF_LIMIT,
+            "activeDeadlineSeconds": deadline,
+            # A drained or preempted node is no failure of the download: it does not use up a retry.
+            "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                           "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
             "template": {
                 "metadata": {"labels": {**PART_OF, "app.kubernetes.io/component": "model-download"}},
                 "spec": {
                     "restartPolicy": "Never",
                     **({"nodeSelector": dict(node_selector)} if node_selector else {}),
-                    "initContainers": [{
-                        "name": "download", "image": download_image, "command": ["sh", "-c"], "args": [download],
-                        "env": env, "volumeMounts": mounts, "securityContext": hardened,
-                    }],
+                    "affinity": _node_affinity(_arch_requirement(graph.download_arch)),
+                    # One container, so the pod status Pulumi reports carries the failing step's log tail
+                    # (its checker reads containerStatuses, not initContainerStatuses).
                     "containers": [{
-                        "name": "verify", "image": download_image,
-                        "command": ["python3", f"/scripts/{VERIFY_SCRIPT.name}"],
+                        "name": "download", "image": download_image, "command": ["sh", "-c"], "args": [script],
                         "env": env, "securityContext": hardened,
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
                         "volumeMounts": mounts + [{"name": "scripts", "mountPath": "/scripts", "readOnly": True}],
                     }],
                     "volumes": [
@@ -167,6 +198,7 @@ def smoke_job(graph: ServingGraph, image: str, node_selector: dict[str, str] | N
                 "spec": {
                     "restartPolicy": "Never",
                     **({"nodeSelector": dict(node_selector)} if node_selector else {}),
+                    "affinity": _node_affinity(_arch_requirement(graph.download_arch)),
                     "containers": [{
                         "name": "smoke", "image": image,
                         "command": ["python3", f"/smoke/{SMOKE_SCRIPT.name}"],
@@ -188,6 +220,9 @@ def smoke_job(graph: ServingGraph, image: str, node_selector: dict[str, str] | N
 
 
 def compute_domain(graph: ServingGraph, role: Role) -> Obj:
+def compute_domain(graph: ServingGraph, key: str) -> Obj:
+    """The ComputeDomain every role with `compute_domain == key` claims (one per graph when KV moves over NVLink)."""
+    role = next(r for r in graph.roles if r.compute_domain == key)
     return {
         "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
         "metadata": _meta(graph, compute_domain_name(graph, role)),
@@ -211,6 +246,59 @@ def _resources(gpus: int | None, cpu: str | None, memory: str | None, efa: int =
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
+def graph_watch_objects(graph: ServingGraph, image: str, node_selector: dict[str, str] | None = None) -> list[Obj]:
+    """ServiceAccount, Role (get this graph, list pods), RoleBinding, script and the graph-ready Job, which
+    `pulumi up` awaits with pulumi-kubernetes' Job await: Ready -> done; a pod that cannot run -> failed."""
+    n = NAMES
+    hardened = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}}
+    sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(graph, n["watch"])}
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(graph, n["watch"]),
+            "rules": [{"apiGroups": ["nvidia.com"], "resources": ["dynamographdeployments"],
+                       "resourceNames": [graph.name], "verbs": ["get"]},
+                      {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": _meta(graph, n["watch"]),
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": n["watch"]},
+               "subjects": [{"kind": "ServiceAccount", "name": n["watch"], "namespace": graph.namespace}]}
+    script = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(graph, n["watch"]),
+              "data": {WATCH_SCRIPT.name: WATCH_SCRIPT.read_text()}}
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": _meta(graph, n["ready"], annotations={
+            "pulumi.com/timeoutSeconds": str(graph.ready_timeout_seconds + AWAIT_GRACE_SECONDS)}),
+        "spec": {
+            "backoffLimit": 0,                       # the script already waited; its verdict is final
+            "activeDeadlineSeconds": graph.ready_timeout_seconds,
+            "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                           "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+            "template": {
+                # A changed graph changes this Job's template, so Pulumi replaces the Job and `up` waits again.
+                "metadata": {"labels": {**PART_OF, "app.kubernetes.io/component": "graph-ready"},
+                             "annotations": {"kimi-k3.io/graph-spec-sha256": hashlib.sha256(json.dumps(
+                                 graph_deployment(graph)["spec"], sort_keys=True).encode()).hexdigest()}},
+                "spec": {
+                    "restartPolicy": "Never", "serviceAccountName": n["watch"],
+                    **({"nodeSelector": dict(node_selector)} if node_selector else {}),
+                    "affinity": _node_affinity(_arch_requirement(graph.download_arch)),
+                    "containers": [{
+                        "name": "watch", "image": image,
+                        "command": ["python3", f"/scripts/{WATCH_SCRIPT.name}"],
+                        "env": _env([("GRAPH_NAME", graph.name), ("GRAPH_NAMESPACE", graph.namespace),
+                                     ("POD_SELECTOR", f"{GRAPH_LABEL}={graph.name}"),
+                                     ("DEADLINE_SECONDS", str(graph.ready_timeout_seconds))]),
+                        "securityContext": hardened,
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "volumeMounts": [{"name": "scripts", "mountPath": "/scripts", "readOnly": True}],
+                    }],
+                    "volumes": [{"name": "scripts", "configMap": {"name": n["watch"]}}],
+                },
+            },
+        },
+    }
+    return [sa, role, binding, script, job]
+
+
 def _frontend_component(graph: ServingGraph) -> Obj:
     fe = graph.frontend
     container = {
@@ -218,13 +306,19 @@ def _frontend_component(graph: ServingGraph) -> Obj:
         "command": ["python3", "-m", "dynamo.frontend"], "args": list(fe.args), "env": _env(fe.env),
         "securityContext": {"allowPrivilegeEscalation": False},
     }
+    # The frontend loads tokenizer and config from the local paths workers register (HF_HUB_OFFLINE=1): it
+    # mounts the same cache, read-only, at the same path.
+    container["volumeMounts"] = [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, "readOnly": True}]
     resources = _resources(None, fe.cpu, fe.memory)
     if resources:
         container["resources"] = resources
     # Labels our PodMonitors select on (kimi_k3/monitoring.py), not the operator's (#10596).
     component = {"name": fe.component, "type": "frontend", "replicas": fe.replicas,
-                 "podTemplate": {"metadata": {"labels": role_labels("frontend")},
-                                 "spec": {"containers": [container]}}}
+                 "podTemplate": {"metadata": {"labels": {GRAPH_LABEL: graph.name, **role_labels("frontend")}}, "spec": {
+                     "affinity": _node_affinity(_arch_requirement(fe.arch)),
+                     "volumes": [{"name": CACHE_VOLUME, "persistentVolumeClaim": {
+                         "claimName": NAMES["pvc"], "readOnly": True}}],
+                     "containers": [container]}}}
     if graph.runtime_version:
         component["runtimeVersionOverride"] = graph.runtime_version
     return component
@@ -232,7 +326,8 @@ def _frontend_component(graph: ServingGraph) -> Obj:
 
 def _worker_component(graph: ServingGraph, role: Role) -> Obj:
     gpu_affinity = {"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": "nvidia.com/gpu.product", "operator": "In", "values": [graph.platform.gpu_product_label]}]}]}
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": [graph.platform.gpu_product_label]},
+        _arch_requirement([kube_arch(graph.platform.arch)])]}]}
     # Nothing in the scheduler keeps a TP group inside one NVLink domain: require a shared clique.
     same_clique = [{"labelSelector": {"matchLabels": {NVLINK_GROUP_LABEL: role.nvlink_group}}, "topologyKey": CLIQUE_KEY}]
     container = {
@@ -252,7 +347,8 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
         # RDMA/NVLink memory registration needs locked memory; nothing more than that.
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}},
     }
-    pod_meta: Obj = {"labels": {NVLINK_GROUP_LABEL: role.nvlink_group, **role_labels(role.key)}}
+    pod_meta: Obj = {"labels": {GRAPH_LABEL: graph.name, NVLINK_GROUP_LABEL: role.nvlink_group,
+                                **role_labels(role.key)}}
     if role.pod_annotations:
         pod_meta["annotations"] = dict(role.pod_annotations)
     component = {
@@ -287,9 +383,9 @@ def graph_deployment(graph: ServingGraph) -> Obj:
     return {
         "apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
         "metadata": _meta(graph, graph.name, annotations={
-            # `pulumi up` returns only when the operator reports the whole graph Ready.
-            "pulumi.com/waitFor": "condition=Ready",
-            "pulumi.com/timeoutSeconds": str(graph.ready_timeout_seconds),
+            # The graph-ready Job waits instead: a waitFor condition could only succeed or time out (4 h), the
+            # Job fails `up` within minutes naming the pod that cannot run (kimi_k3/graph_watch.py).
+            "pulumi.com/skipAwait": "true",
             "kimi-k3.io/recipe": graph.recipe,
             "kimi-k3.io/gpus": str(graph.gpus),
             "kimi-k3.io/nodes": str(graph.nodes),
@@ -327,7 +423,8 @@ def preflight_job(graph: ServingGraph, role: Role, min_bus_bandwidth_gbps: float
     pinning, same ComputeDomain channel), running kimi_k3/fabric_preflight.py. The graph waits for it."""
     name = preflight_name(graph, role)
     gpu_affinity = {"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": "nvidia.com/gpu.product", "operator": "In", "values": [graph.platform.gpu_product_label]}]}]}
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": [graph.platform.gpu_product_label]},
+        _arch_requirement([kube_arch(graph.platform.arch)])]}]}
     same_clique = [{"labelSelector": {"matchLabels": {PREFLIGHT_LABEL: name}}, "topologyKey": CLIQUE_KEY}]
     env = _env([("NNODES", str(role.nodes_per_replica)), ("GPUS_PER_NODE", str(role.gpus_per_node)),
                 ("MASTER_ADDR", f"{name}-0.{name}"), ("MASTER_PORT", str(PREFLIGHT_PORT)),
@@ -345,11 +442,13 @@ def preflight_job(graph: ServingGraph, role: Role, min_bus_bandwidth_gbps: float
     }
     return {
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": _meta(graph, name, annotations={"pulumi.com/waitFor": "condition=Complete",
-                                                    "pulumi.com/timeoutSeconds": str(timeout_seconds)}),
+        # pulumi-kubernetes' own Job await (no waitFor, which could only succeed or time out): a failed check
+        # fails `up` at once with the pod's log tail; the deadline names a check that never finished.
+        "metadata": _meta(graph, name, annotations={
+            "pulumi.com/timeoutSeconds": str(timeout_seconds + AWAIT_GRACE_SECONDS)}),
         "spec": {
             "completionMode": "Indexed", "completions": role.nodes_per_replica,
-            "parallelism": role.nodes_per_replica, "backoffLimit": 0,
+            "parallelism": role.nodes_per_replica, "backoffLimit": 0, "activeDeadlineSeconds": timeout_seconds,
             "template": {
                 "metadata": {"labels": {**PART_OF, PREFLIGHT_LABEL: name,
                                         "app.kubernetes.io/component": "fabric-preflight"}},

@@ -64,7 +64,7 @@ def test_fetch_starts_at_t0_and_overlaps_the_cluster(stack, rendered):
     only verifies, after the fetchers, before any worker."""
     path, cfg, graph = _path(rendered[stack], stack)
     names = [s.name for s in path.steps]
-    assert names[-1] == "kimi-k3-serving-deployment"
+    assert names[-2:] == ["kimi-k3-serving-deployment", "kimi-k3-serving-ready"], "the graph-ready Job waits last"
     assert not [n for n in names if "fetcher" in n or "model-cache" in n or "fsx" in n], \
         "neither the fetch nor its verification is on the fresh path: EKS and the GPU nodes are"
     assert "kimi-k3-eks-gpu-nodes" in names
@@ -148,7 +148,7 @@ def test_image_prepull_and_redeploy_path(stack, rendered):
     assert ds["urn"] in dgd["dependsOn"]
     assert cp.duration(ds, est)[0] == est.of("image_pull")
     again = cp.critical_path(rendered[stack].resources, cp.redeploy(est), existing=True)
-    assert [s.name for s in again.steps] == ["kimi-k3-serving-deployment"]
+    assert [s.name for s in again.steps] == ["kimi-k3-serving-ready"], "the graph-ready Job waits through the load"
     assert again.total_seconds == pytest.approx(est.load_seconds + est.of("worker_warmup_cached"))
     assert est.of("worker_warmup_cached") < est.of("worker_warmup")
 
@@ -167,6 +167,6 @@ def test_render_prints_the_critical_path(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "critical path (estimated time to first token" in proc.stdout and "goal <= 45m00s" in proc.stdout
     assert "re-deploy (cluster, weights, image and compile caches in place" in proc.stdout
-    assert "goal <= 10m00s" in proc.stdout and "kimi-k3-serving-deployment" in proc.stdout
+    assert "goal <= 10m00s" in proc.stdout and "kimi-k3-serving-ready" in proc.stdout
 
 

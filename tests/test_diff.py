@@ -16,6 +16,14 @@ GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
 DGD = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
 DECODE_ARGS = "spec.components[DecodeWorker].podTemplate.spec.containers[main].args"
+READY_HASH = 'spec.template.metadata.annotations["kimi-k3.io/graph-spec-sha256"]'
+
+
+def graph_ready_job_follows(changed):
+    """Any graph change also changes the graph-ready Job's spec hash (only that), so `up` waits for it again."""
+    (job,) = [r for r in changed if r["type"] == "kubernetes:batch/v1:Job" and r["name"] == "kimi-k3-serving-ready"]
+    assert [c["path"] for c in job["inputs"]] == [READY_HASH]
+    return job
 
 
 def git(repo: Path, *args: str) -> str:
@@ -92,7 +100,8 @@ def test_one_recipe_value_is_exactly_the_change(repo):
     assert {s: r["status"] for s, r in stacks.items() if r["status"] != "unchanged"} == {"gb300-disagg": "changed"}
     res = stacks["gb300-disagg"]["resources"]
     assert res["added"] == res["removed"] == []
-    (changed,) = smoke_rerun_split(res["changed"])
+    graph_ready_job_follows(res["changed"])
+    (changed,) = [r for r in smoke_rerun_split(res["changed"]) if r["name"] != "kimi-k3-serving-ready"]
     assert (changed["type"], changed["options"]) == (DGD, [])
     # A changed flag also moves the role to its own compile-cache directory (keyed by image + flags, issue 15).
     flag_change, cache_dir = changed["inputs"]
@@ -104,7 +113,7 @@ def test_one_recipe_value_is_exactly_the_change(repo):
         "gb300-disagg: 2 changed, 0 added, 0 removed; GPUs 24; nodes 6; violations 0"
     md = diff.markdown(report)
     assert f"- `{DECODE_ARGS}`: `--max-num-seqs: 256 -> 128`" in md
-    assert md.count("**Changed**") == 2  # the graph and the smoke test Job that re-runs against it
+    assert md.count("**Changed**") == 3  # the graph, the graph-ready Job and the smoke test Job, both re-run
 
 
 def test_replicas_change_moves_gpu_and_node_totals(repo):
@@ -116,9 +125,11 @@ def test_replicas_change_moves_gpu_and_node_totals(repo):
         'metadata.annotations["kimi-k3.io/nodes"]': ("6", "8"),
         "spec.components[DecodeWorker].replicas": (2, 3),
     }
-    # Whatever else changes is capacity outside Kubernetes (e.g. the GPU node group sized from the node count).
+    # Whatever else changes is capacity outside Kubernetes (e.g. the GPU node group sized from the node count),
+    # and the graph-ready Job that waits for the changed graph.
+    job = graph_ready_job_follows(stack["resources"]["changed"])
     assert all(not r["type"].startswith("kubernetes:")
-               for r in smoke_rerun_split(stack["resources"]["changed"]) if r is not dgd)
+               for r in smoke_rerun_split(stack["resources"]["changed"]) if r not in (dgd, job))
 
 
 def test_policy_breaking_change_shows_the_new_violation_first(repo):
@@ -127,7 +138,9 @@ def test_policy_breaking_change_shows_the_new_violation_first(repo):
     assert [v["rule"] for v in stack["policy"]["new"]] == ["ucx-settings-consistent"] * len(stack["policy"]["new"])
     assert stack["policy"]["new"] and stack["policy"]["resolved"] == []
     assert f"({len(stack['policy']['new'])} new, 0 resolved)" in stack["summary"]
-    changes = smoke_rerun_split(stack["resources"]["changed"])[0]["inputs"]
+    graph_ready_job_follows(stack["resources"]["changed"])
+    (dgd,) = [r for r in stack["resources"]["changed"] if r["type"] == DGD]
+    changes = dgd["inputs"]
     assert {(c["before"], c["after"]) for c in changes} == {("cuda_copy,cuda_ipc,tcp", "^cuda_ipc")}
     assert all(c["path"].endswith(".env[UCX_TLS].value") for c in changes)
     md = diff.markdown(report)

@@ -17,7 +17,7 @@ NO_CACHE_OPTIONS = {"startup-budget-covers-load": {"min_startup_seconds": 3600},
 
 
 def worker(name, role, extra_args=()):
-    args = ["--model", "$(MODEL_PATH)", "--served-model-name", "moonshotai/Kimi-K3", "--tensor-parallel-size", "8",
+    args = ["--model", "/model-cache/hub/kimi-k3", "--served-model-name", "moonshotai/Kimi-K3", "--tensor-parallel-size", "8",
             "--block-size", "64", "--kv-cache-dtype", "fp8", "--gpu-memory-utilization", "0.9",
             "--max-model-len", "262144", "--disaggregation-mode", role,
             "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}', *extra_args]
@@ -29,8 +29,9 @@ def worker(name, role, extra_args=()):
                     {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
                                            "values": ["NVIDIA-GB300"]}]}]}},
                 "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"topologyKey": "nvidia.com/gpu.clique", "labelSelector": {"matchLabels": {"role": name}}}]}},
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": f"{name}-channel"}],
+                    {"topologyKey": "nvidia.com/gpu.clique", "labelSelector": {"matchLabels": {"nvlink-group": "kimi-k3"}}}]}},
+            # prefill hands KV to decode over NVLink: both roles claim the one ComputeDomain's channel
+            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "kimi-k3-channel"}],
             "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}],
             "containers": [{
                 "name": "main", "image": IMAGE,
@@ -55,14 +56,16 @@ def good_objects():
     frontend = {"name": "Frontend", "type": "frontend", "replicas": 1, "runtimeVersionOverride": "1.4.0",
                 "podTemplate": {"spec": {"containers": [{
                     "name": "main", "image": IMAGE, "command": ["python3", "-m", "dynamo.frontend"],
-                    "args": ["--router-mode", "kv", "--kv-cache-block-size", "64", "--http-port", "8000"]}]}}}
+                    "args": ["--router-mode", "kv", "--kv-cache-block-size", "64", "--http-port", "8000"],
+                    "volumeMounts": [{"name": "model-cache", "mountPath": "/model-cache", "readOnly": True}]}],
+                    "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]}}}
     prefill = worker("prefill", "prefill", ["--kv-events-config", '{"publisher":"zmq","enable_kv_cache_events":true}'])
     dgd = {"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
            "metadata": {"name": "kimi-k3", "annotations": {"kimi-k3.io/gpus": "24"}},
            "spec": {"components": [frontend, prefill, dict(worker("decode", "decode"), replicas=2)]}}
     pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache"},
            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "3000Gi"}}}}
-    return [compute_domain("prefill"), compute_domain("decode"), dgd, pvc]
+    return [compute_domain("kimi-k3"), dgd, pvc]
 
 
 def protected(objects, protect=False, retain=True):
@@ -112,7 +115,32 @@ def test_good_graph_passes_every_rule():
     assert [s.rule for s in skipped if s.rule != "model-fits-at-tp"] == []
 
 
+def waiting_job():
+    """A download Job that awaits through pulumi.com/waitFor (the form our stacks rendered before)."""
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "dl", "annotations": {"pulumi.com/waitFor": "condition=Complete",
+                                                       "pulumi.com/timeoutSeconds": "28800"}},
+            "spec": {"backoffLimit": 3, "activeDeadlineSeconds": 3600, "template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "dl", "image": "python:3.12.11-slim"}]}}}}
+
+
 MUTATIONS = {
+    "job-await-reports-failure": lambda o: o.append(waiting_job()),
+    # our stacks' graph as rendered before: awaited by waitFor condition=Ready for 4 h
+    "graph-await-reports-failure": lambda o: dgd_of(o)["metadata"]["annotations"].update(
+        {"pulumi.com/waitFor": "condition=Ready", "pulumi.com/timeoutSeconds": "14400"}),
+    # gb300-disagg as rendered before: one ComputeDomain per role while KV moves over NVLink
+    "nvlink-kv-roles-share-compute-domain": lambda o: (
+        o.append(compute_domain("decode")),
+        comp(o, "decode")["podTemplate"]["spec"]["resourceClaims"][0].update(resourceClaimTemplateName="decode-channel")),
+    # gb200-disagg as rendered before: NIXL LIBFABRIC with EFA devices on an image without EFA
+    "kv-transport-consistent": lambda o: (
+        set_arg(o, "decode", "--kv-transfer-config",
+                '{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_connector_extra_config":{"backends":["LIBFABRIC"]}}'),
+        main(o, "decode")["resources"]["limits"].update({"vpc.amazonaws.com/efa": "4"})),
+    "frontend-reads-model-path": lambda o: main(o, "Frontend").pop("volumeMounts"),
+    "pods-run-on-image-arch": lambda o: main(o, "Frontend").update(
+        image="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.1.0-efa-amd64"),
     "tp-spans-whole-nodes": lambda o: set_arg(o, "decode", "--tensor-parallel-size", "16"),
     "pods-take-whole-nodes": lambda o: main(o, "decode")["resources"].update(
         limits={"nvidia.com/gpu": "2"}, requests={"nvidia.com/gpu": "2"}),
@@ -125,10 +153,12 @@ MUTATIONS = {
     "gpu-totals-match-recipe": lambda o: dgd_of(o)["metadata"]["annotations"].update({"kimi-k3.io/gpus": "16"}),
     "model-fits-at-tp": lambda o: (comp(o, "decode").update(multinode={"nodeCount": 1}),
                                    set_arg(o, "decode", "--tensor-parallel-size", "4")),
-    "env-refs-resolve": lambda o: main(o, "decode")["env"].pop(0),
-    "env-refs-provable": lambda o: (main(o, "decode")["env"].pop(0),
-                                    main(o, "decode").update(envFrom=[{"secretRef": {"name": "hf"}}])),
-    "model-path-under-cache-mount": lambda o: main(o, "decode")["env"][0].update(value="/opt/models/kimi-k3"),
+    "env-refs-resolve": lambda o: main(o, "Frontend")["args"].extend(["--model-path", "$(MODEL_PATH)"]),
+    "env-refs-provable": lambda o: (main(o, "Frontend")["args"].extend(["--model-path", "$(MODEL_PATH)"]),
+                                    main(o, "Frontend").update(envFrom=[{"secretRef": {"name": "hf"}}])),
+    "model-path-under-cache-mount": lambda o: set_arg(o, "decode", "--model", "/opt/models/kimi-k3"),
+    # the form our stacks rendered before: fine on the leader, `\/model-cache/...` on every other pod
+    "multinode-args-survive-operator-rewrite": lambda o: set_arg(o, "decode", "--model", "$(MODEL_PATH)"),
     "roles-agree-on-model": lambda o: set_arg(o, "decode", "--served-model-name", "kimi"),
     "model-cache-mounted-read-only": lambda o: main(o, "decode")["volumeMounts"][0].pop("readOnly"),
     "disagg-roles-use-nixl": lambda o: drop_arg(o, "decode", "--kv-transfer-config"),
@@ -172,7 +202,9 @@ def test_mutation_fires_exactly_its_rule(rule):
                   "tp-spans-whole-nodes": set(),
                   "env-refs-resolve": {"model-path-under-cache-mount", "roles-agree-on-model"},
                   "env-refs-provable": {"model-path-under-cache-mount", "roles-agree-on-model"},
-                  "model-path-under-cache-mount": {"roles-agree-on-model"},
+                  "model-path-under-cache-mount": {"roles-agree-on-model", "frontend-reads-model-path"},
+                  "multinode-claims-compute-domain": {"nvlink-kv-roles-share-compute-domain"},
+                  "efa-uses-libfabric": {"kv-transport-consistent"},
                   }.get(rule, set())
     assert set(got) - {rule} <= collateral
 

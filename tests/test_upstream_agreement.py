@@ -138,3 +138,51 @@ def test_upstream_ships_no_clique_pinning_and_we_always_do(rendered, upstream):
                 affinity = c["podTemplate"]["spec"].get("affinity", {}).get("podAffinity", {})
                 terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", [])
                 assert any(t["topologyKey"] == "nvidia.com/gpu.clique" for t in terms) is pinned, (stack, c["name"])
+
+
+def test_workers_run_an_exec_form_argv_with_literal_model_path(rendered, upstream):
+    """Upstream: `/bin/sh -c` script with `--model "${MODEL_ID}"` or `"${MODEL_PATH}"`; ours: python3 argv with the cache
+    path written literally, because the operator re-quotes an exec-form argv for non-leader pods (no $(VAR))."""
+    for stack in STACKS:
+        for objects, ours in ((upstream[stack], False), (rendered[stack].objects, True)):
+            (dgd,) = by_kind(objects, "DynamoGraphDeployment")
+            for c in dgd["spec"]["components"]:
+                if c["type"] == "frontend":
+                    continue
+                main = main_container(c)
+                if ours:
+                    assert main["command"] == ["python3", "-m", "dynamo.vllm"]
+                    assert not any("$" in a for a in main["args"]), (stack, c["name"])
+                    assert flags(argv(main))["--model"] == rendered[stack].outputs["modelPath"]
+                else:
+                    assert main["command"][0].endswith("sh") and flags(argv(main))["--model"] in ("${MODEL_ID}", "${MODEL_PATH}")
+
+
+def _components(objects, kind):
+    (dgd,) = by_kind(objects, "DynamoGraphDeployment")
+    return [c for c in dgd["spec"]["components"] if (c["type"] == "frontend") == (kind == "frontend")]
+
+
+def test_nvlink_kv_one_compute_domain_where_upstream_gb200_has_two(rendered, upstream):
+    """Upstream disagg-gb300 shares one ComputeDomain, disagg-gb200 has one per role (and KV off NVLink by its
+    ^cuda_ipc); ours: one per graph in both, KV on NVLink."""
+    assert len(by_kind(upstream["gb300-disagg"], "ComputeDomain")) == 1
+    assert len(by_kind(upstream["gb200-disagg"], "ComputeDomain")) == 2
+    for stack in ("gb200-disagg", "gb300-disagg"):
+        assert len(by_kind(rendered[stack].objects, "ComputeDomain")) == 1
+
+
+def test_frontend_model_mount_and_arch_pin_differ_on_purpose(rendered, upstream):
+    """Upstream GB200 frontends mount the weights by hostPath and sit on GB200 nodes (gpu.product nodeSelector);
+    GB300 frontends mount nothing and are not pinned. Ours: the cache PVC read-only, pinned by kubernetes.io/arch."""
+    for stack in STACKS:
+        (theirs,) = _components(upstream[stack], "frontend")
+        spec = theirs["podTemplate"]["spec"]
+        gb200 = stack.startswith("gb200")
+        assert bool(main_container(theirs).get("volumeMounts")) is gb200
+        assert (spec.get("nodeSelector", {}).get("nvidia.com/gpu.product") == "NVIDIA-GB200") is gb200
+        (ours,) = _components(rendered[stack].objects, "frontend")
+        mount = main_container(ours)["volumeMounts"][0]
+        assert mount["readOnly"] and "nodeSelector" not in ours["podTemplate"]["spec"]
+        terms = ours["podTemplate"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "kubernetes.io/arch"

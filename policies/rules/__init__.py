@@ -20,11 +20,11 @@ from policies.rules.base import (  # the vocabulary the pack, `kimi-k3 check` an
     Skipped, Violation, evaluate, object_from_resource, resource_info, target_of,
 )
 from policies.rules.topology import gpu_nodes, check_gpu_totals_match_recipe, check_graph_fits_node_pool, check_model_fits_at_tp, check_multinode_claims_compute_domain, check_pods_take_whole_nodes, check_tp_group_fits_nvlink_domain, check_tp_group_pinned_to_clique, check_tp_spans_whole_nodes
-from policies.rules.model_path import check_env_refs_provable, check_env_refs_resolve, check_model_cache_read_only, check_model_path_under_cache_mount, check_roles_agree_on_model
-from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_efa_uses_libfabric, check_frontend_block_size_matches_workers, check_kv_router_has_kv_events, check_no_removed_flags, check_ucx_settings_consistent
+from policies.rules.model_path import check_env_refs_provable, check_frontend_reads_model_path, check_multinode_args_survive_operator_rewrite, check_env_refs_resolve, check_model_cache_read_only, check_model_path_under_cache_mount, check_roles_agree_on_model
+from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_kv_transport_consistent, check_nvlink_kv_roles_share_compute_domain, check_efa_uses_libfabric, check_frontend_block_size_matches_workers, check_kv_router_has_kv_events, check_no_removed_flags, check_ucx_settings_consistent
 from policies.rules.upgrades import TRANSITION_RULES, TransitionRule, check_graph_named_stably, run_transition_rules
 from policies.rules.access import check_aws_least_privilege
-from policies.rules.safety import check_hf_token_from_secret, check_images_pinned, check_model_cache_retained, check_runtime_version_declared, check_serving_containers_unprivileged, check_startup_budget_covers_load
+from policies.rules.safety import check_hf_token_from_secret, check_graph_await_reports_failure, check_pods_run_on_image_arch, check_job_await_reports_failure, check_images_pinned, check_model_cache_retained, check_runtime_version_declared, check_serving_containers_unprivileged, check_startup_budget_covers_load
 
 
 def _rule(name: str, description: str, check: Callable[..., Iterable[Result]], level: str = MANDATORY,
@@ -56,8 +56,13 @@ RULES: tuple[Rule, ...] = (
           check_env_refs_provable, level=ADVISORY),
     _rule("model-path-under-cache-mount", "--model resolves to an absolute path under a model-cache mount.",
           check_model_path_under_cache_mount),
+    _rule("multinode-args-survive-operator-rewrite", "Every pod of a multinode vLLM worker receives the args the spec "
+          "means after the Dynamo operator's sh -c rewrite and kubelet's $(VAR) expansion (no $(VAR) in its args).",
+          check_multinode_args_survive_operator_rewrite),
     _rule("roles-agree-on-model", "All workers serve the same model path under the same served name.",
           check_roles_agree_on_model),
+    _rule("frontend-reads-model-path", "A frontend serving workers that load a local model path mounts that path "
+          "(it reads tokenizer and config from where workers register the model).", check_frontend_reads_model_path),
     _rule("model-cache-mounted-read-only", "Workers mount the model cache read-only.",
           check_model_cache_read_only),
     _rule("disagg-roles-use-nixl", "Prefill/decode roles set --disaggregation-mode and the NixlConnector.",
@@ -67,10 +72,17 @@ RULES: tuple[Rule, ...] = (
     _rule("ucx-settings-consistent", "UCX_TLS does not exclude cuda_ipc while UCX_CUDA_IPC_ENABLE_MNNVL=y.",
           check_ucx_settings_consistent),
     _rule("efa-uses-libfabric", "Workers on EFA select NIXL's LIBFABRIC backend.", check_efa_uses_libfabric),
+    _rule("nvlink-kv-roles-share-compute-domain", "Prefill and decode that hand KV over NVLink claim one "
+          "ComputeDomain (one IMEX domain) and, where pinned, one NVLink clique.",
+          check_nvlink_kv_roles_share_compute_domain),
+    _rule("kv-transport-consistent", "KV over EFA (NIXL LIBFABRIC) comes with EFA devices and an EFA runtime image "
+          "(vllm-runtime:<version>-efa).", check_kv_transport_consistent),
     _rule("frontend-block-size-matches-workers", "Frontend --kv-cache-block-size equals workers' --block-size.",
           check_frontend_block_size_matches_workers),
     _rule("kv-router-has-kv-events", "With --router-mode kv, the routed workers publish KV events.",
           check_kv_router_has_kv_events),
+    _rule("pods-run-on-image-arch", "No pod can be scheduled on a node whose CPU architecture its images are not "
+          "built for (recipes/images.yaml).", check_pods_run_on_image_arch),
     _rule("images-pinned", "Container images carry a tag other than latest, or a digest.", check_images_pinned),
     _rule("runtime-version-declared", "A non-semver Dynamo image tag comes with runtimeVersionOverride.",
           check_runtime_version_declared),
@@ -83,6 +95,12 @@ RULES: tuple[Rule, ...] = (
           config_schema={"min_startup_seconds": {"type": "integer", "minimum": 0,
                                                  "default": DEFAULT_MIN_STARTUP_SECONDS,
                                                  "description": "Seconds a worker needs to load and warm up"}}),
+    _rule("job-await-reports-failure", "pulumi-kubernetes' Job await runs (no pulumi.com/waitFor) and a failing Job "
+          "fails `pulumi up` within minutes, naming its reason (activeDeadlineSeconds below the provider timeout).",
+          check_job_await_reports_failure),
+    _rule("graph-await-reports-failure", "The graph is not awaited through pulumi.com/waitFor (which can only "
+          "succeed or time out); a Job that fails on a pod that cannot run does the waiting.",
+          check_graph_await_reports_failure),
     _rule("graph-named-stably", "This program's DynamoGraphDeployment keeps one name whatever the recipe.",
           check_graph_named_stably),
     _rule("aws-least-privilege", "GPU nodes keep pods off the node role (IMDS hop limit 1), the VPC CNI and CSI "

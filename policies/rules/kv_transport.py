@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from typing import Iterator, Mapping, Sequence
 
 from kimi_k3 import flags
+from kimi_k3.images import image_facts
 from kimi_k3.manifests import EFA_RESOURCE as EFA
 from policies.rules.base import (
     name_of, shown,
+    CLIQUE_LABEL as CLIQUE,
     Context,
     Finding,
     REMOVED_FLAGS,
     Result,
+    Skipped,
     _json_flag,
     all_containers,
     components,
     frontends,
+    pod_spec,
     pod_specs,
     target_of,
     workers,
@@ -128,3 +133,84 @@ def check_kv_router_has_kv_events(obj: Mapping, ctx: Context) -> Iterator[Result
                 yield Finding(target_of(obj), f"component {name_of(comp)}: frontend {name_of(fe)} uses "
                               "--router-mode kv but this worker publishes no KV events "
                               "(--kv-events-config with enable_kv_cache_events true)")
+
+
+def _nixl_backends(tokens: Sequence[str]) -> list[str]:
+    config = _json_flag(tokens, "--kv-transfer-config")
+    extra = config.get("kv_connector_extra_config") or {}
+    backends = extra.get("backends") if isinstance(extra, dict) else None
+    dotted = config.get("kv_connector_extra_config.backends")
+    return [str(b).upper() for b in (backends or [])] + ([str(dotted).upper()] if dotted else [])
+
+
+def kv_over_nvlink(container: Mapping, tokens: Sequence[str]) -> bool:
+    """NIXL over UCX with cuda_ipc available and no EFA: KV moves GPU to GPU over NVLink (MNNVL)."""
+    config = _json_flag(tokens, "--kv-transfer-config")
+    if config.get("kv_connector") != "NixlConnector" or "LIBFABRIC" in _nixl_backends(tokens):
+        return False
+    tls = flags.container_env(container).get("UCX_TLS")
+    return not _requests_efa(container) and not (tls and _ucx_excludes_cuda_ipc(tls))
+
+
+def _channel_templates(comp: Mapping, container: Mapping) -> list[str]:
+    claims = {c.get("name"): c.get("resourceClaimTemplateName") for c in pod_spec(comp).get("resourceClaims") or []}
+    return sorted({str(claims.get(c.get("name"))) for c in (container.get("resources") or {}).get("claims") or []})
+
+
+def _plain(value):
+    """Plain dicts/lists from the Pulumi analyzer's proxies, so selectors compare as JSON."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) or (hasattr(value, "__iter__") and not isinstance(value, (str, bytes))):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _clique_selectors(comp: Mapping) -> list[str]:
+    terms = (((pod_spec(comp).get("affinity") or {}).get("podAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    return sorted(json.dumps(_plain(t.get("labelSelector")), sort_keys=True) for t in terms
+                  if t.get("topologyKey") == CLIQUE)
+
+
+def check_nvlink_kv_roles_share_compute_domain(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    """Prefill and decode that hand KV over NVLink must be in one ComputeDomain (one IMEX domain: a pod cannot
+    import memory another domain exported) and, where pinned, in one NVLink clique."""
+    if not {"prefill", "decode"} <= {_component_type(c) for c in components(obj)}:
+        return
+    nvlink = [(comp, container) for comp, container, tokens in workers(obj)
+              if _component_type(comp) in ("prefill", "decode") and kv_over_nvlink(container, tokens)]
+    if len(nvlink) < 2:
+        return
+    domains = {str(comp.get("name")): _channel_templates(comp, container) for comp, container in nvlink}
+    if len({tuple(v) for v in domains.values()}) > 1:
+        described = "; ".join(f"{name} claims {v or 'no channel'}" for name, v in sorted(domains.items()))
+        yield Finding(target_of(obj), f"KV moves prefill -> decode over NVLink (NIXL UCX, cuda_ipc) but the roles "
+                      f"sit in different ComputeDomains ({described}); each ComputeDomain is its own IMEX domain, "
+                      "so claim one channel template in every role")
+    cliques = {str(comp.get("name")): _clique_selectors(comp) for comp, _ in nvlink}
+    pinned = {k: v for k, v in cliques.items() if v}
+    if len(pinned) == len(cliques) and len({tuple(v) for v in pinned.values()}) > 1:
+        yield Finding(target_of(obj), "KV moves over NVLink but prefill and decode are pinned to different "
+                      f"{CLIQUE} groups ({', '.join(sorted(pinned))}): they may land in different NVLink domains")
+
+
+def check_kv_transport_consistent(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    """Transport, image and devices agree: NIXL LIBFABRIC needs EFA devices and an EFA runtime image
+    (Dynamo publishes `vllm-runtime:<version>-efa`; recipes/images.yaml records which images have it)."""
+    for comp, container, tokens in workers(obj):
+        where = f"component {comp.get('name')}"
+        libfabric = "LIBFABRIC" in _nixl_backends(tokens)
+        efa = _requests_efa(container)
+        if not (libfabric or efa):
+            continue
+        image = str(container.get("image") or "")
+        facts = image_facts(image)
+        if libfabric and not efa:
+            yield Finding(target_of(obj), f"{where}: NIXL LIBFABRIC backend but no {EFA} devices requested")
+        if facts.arch is None:
+            yield Skipped(target_of(obj), f"{where}: image {image} not in recipes/images.yaml: EFA support unknown")
+        elif not facts.efa:
+            yield Finding(target_of(obj), f"{where}: KV over EFA ({'NIXL LIBFABRIC' if libfabric else EFA}) on image "
+                          f"{image}, which has no EFA stack (recipes/images.yaml); Dynamo publishes EFA runtime "
+                          "images as vllm-runtime:<version>-efa. Use one, or keep KV on NVLink")

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping, Optional
 
-from kimi_k3 import flags
+from kimi_k3 import flags, operator_rewrite
 from policies.rules.base import (
     name_of, shown,
     Context,
     Finding,
     Result,
+    Skipped,
     all_containers,
     model_mount,
+    node_count,
     pod_spec,
     pod_specs,
     resolved_model,
@@ -98,3 +100,76 @@ def check_model_cache_read_only(obj: Mapping, ctx: Context) -> Iterator[Result]:
         if found and not found[0].get("readOnly"):
             yield Finding(target_of(obj), f"component {name_of(comp)}: model-cache mount "
                           f"{found[0].get('mountPath')} is writable; workers only read weights")
+
+
+def _backend(comp: Mapping) -> str:
+    """The operator's mp/ray choice: its override annotation, else mp (the operator's default for new graphs)."""
+    annotations = {**(comp.get("annotations") or {}),
+                   **(((comp.get("podTemplate") or {}).get("metadata") or {}).get("annotations") or {})}
+    return "ray" if str(annotations.get(operator_rewrite.BACKEND_ANNOTATION, "")).lower() == "ray" else "mp"
+
+
+def check_multinode_args_survive_operator_rewrite(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    """Emulate the Dynamo operator's Grove multinode rewrite + kubelet expansion + `sh -c` per pod and compare
+    each pod's argv with what the spec means (kimi_k3/operator_rewrite.py cites the operator source)."""
+    dgd = str((obj.get("metadata") or {}).get("name") or "graph")
+    for comp, container, _ in workers(obj):
+        if node_count(comp) < 2:
+            continue
+        argv = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+        if not argv or not operator_rewrite.is_python_command(argv[0]):
+            continue  # a shell-script command only gets flags inserted into its script, nothing re-quoted
+        grove = operator_rewrite.grove_env_for(dgd, str(comp.get("name")))
+        backend = _backend(comp)
+        try:
+            launches = operator_rewrite.multinode_pod_launches(comp, container, grove, backend)
+        except operator_rewrite.ShellSyntaxError as exc:
+            yield Finding(target_of(obj), f"component {comp.get('name')}: the operator's shell-quoted launch line is "
+                          f"not valid sh ({exc}; a single quote in an arg does this): its pods exit with status 2")
+            continue
+        except operator_rewrite.UnsupportedShell as exc:
+            yield Skipped(target_of(obj), f"component {comp.get('name')}: cannot evaluate the rewritten command "
+                          f"({exc})")
+            continue
+        broken: dict[tuple[int, str, str], list[str]] = {}
+        for pod in launches:
+            env = operator_rewrite.container_env_map(container.get("env") or [],
+                                                     {**grove, "GROVE_PCLQ_POD_INDEX": str(pod.index)})
+            meant = [operator_rewrite.kubelet_expand(a, env) for a in argv]
+            if pod.role == "worker" and backend == "ray":
+                continue  # ray workers run only `ray start`; the leader spawns their ranks
+            for k, want in enumerate(meant):
+                got = pod.argv[k] if k < len(pod.argv) else None
+                if got != want:
+                    broken.setdefault((k, want, str(got)), []).append(f"{pod.role} {pod.index}")
+                    break
+        for (k, want, got), pods in sorted(broken.items()):
+            flag = argv[k - 1] if k > 0 and argv[k - 1].startswith("-") else f"argument {k}"
+            yield Finding(target_of(obj), f"component {comp.get('name')}: {len(pods)} pod(s) ({', '.join(pods)}) "
+                          f"receive {flag} {got!r} instead of {want!r} (spec: {argv[k]!r}): the Dynamo operator "
+                          f"runs multinode vLLM pods as `sh -c` with shell-quoted args ($ -> \\$) after kubelet "
+                          "expanded $(VAR); write the value literally")
+
+
+def check_frontend_reads_model_path(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    """Workers register model cards pointing at their local model path; the frontend (offline) loads tokenizer
+    and config from that path itself, so it must mount it (upstream's GB200 profiles mount the weights there)."""
+    paths = set()
+    for comp, container, tokens in workers(obj):
+        _, value = resolved_model(container, tokens)
+        if value and value.startswith("/"):
+            paths.add(value)
+    if not paths:
+        return  # workers serve a Hub id: the frontend fetches (or finds) it the same way
+    for label, spec in pod_specs(obj):
+        for container in spec.get("containers") or []:
+            tokens, mod = serving(container)
+            if mod != "dynamo.frontend":
+                continue
+            for path in sorted(paths):
+                found = model_mount(container, spec, path)
+                volume = found[1] if found else {}
+                if not (volume.get("persistentVolumeClaim") or volume.get("hostPath")):
+                    yield Finding(target_of(obj), f"{label} container {container.get('name')}: cannot read {path}, "
+                                  "the local model path workers register; the frontend loads tokenizer and config "
+                                  "from it: mount the model cache (read-only) at the same path")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping, Sequence
 
-from kimi_k3.images import image_tag, names_runtime_version, pin_problem
+from kimi_k3 import pulumi_await
+from kimi_k3.images import NODE_ARCHES, image_facts, image_tag, kube_arch, names_runtime_version, pin_problem
+from kimi_k3.manifests import ARCH_LABEL
 from policies.rules.base import (
     name_of, shown,
     CACHE_FILESYSTEM_TYPES,
@@ -18,8 +20,10 @@ from policies.rules.base import (
     Skipped,
     all_containers,
     components,
+    gpu_product,
     main_container,
     model_mount,
+    platform_for_product,
     pod_spec,
     pod_specs,
     resolved_model,
@@ -119,3 +123,87 @@ def check_model_cache_retained(objects: Sequence[Mapping], ctx: Context) -> Iter
         else:
             yield Finding(target, "model cache is not retainOnDelete: a destroy, or an unprotect then destroy, "
                           "or a replacement deletes ~1.5 TB of weights")
+
+
+# A Job whose pods fail at once (after ~1 min each) must fail `pulumi up` within this many seconds.
+JOB_FAILURE_BUDGET_SECONDS = 600
+JOB_ATTEMPT_SECONDS = 60
+
+
+def check_job_await_reports_failure(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    """pulumi-kubernetes must be able to report a failed Job, with its reason, within minutes
+    (kimi_k3/pulumi_await.py models the provider's await, with its source)."""
+    if obj.get("kind") != "Job":
+        return
+    kind = pulumi_await.awaiter(obj)
+    timeout = pulumi_await.timeout_seconds(obj)
+    if kind == "custom":
+        yield Finding(target_of(obj), f"pulumi.com/waitFor {pulumi_await.wait_for_expressions(obj)} replaces "
+                      "pulumi-kubernetes' Job await, which fails on a Failed Job (BackoffLimitExceeded, "
+                      f"DeadlineExceeded); a custom condition only succeeds or times out: `up` waits {timeout} s "
+                      "with no reason. Drop waitFor and keep pulumi.com/timeoutSeconds")
+        return
+    if kind != "job":
+        return
+    spec = obj.get("spec") or {}
+    deadline = spec.get("activeDeadlineSeconds")
+    if deadline is None or int(deadline) >= timeout:
+        yield Finding(target_of(obj), f"activeDeadlineSeconds {deadline} is not below the provider timeout "
+                      f"{timeout} s: a stuck Job ends in a provider timeout that names no reason instead of "
+                      "DeadlineExceeded")
+    reported = pulumi_await.seconds_until_failure_reported(obj, JOB_ATTEMPT_SECONDS)
+    if reported > JOB_FAILURE_BUDGET_SECONDS:
+        yield Finding(target_of(obj), f"backoffLimit {spec.get('backoffLimit', 6)}: pods failing after "
+                      f"{JOB_ATTEMPT_SECONDS} s each fail the Job only after {reported} s "
+                      f"(> {JOB_FAILURE_BUDGET_SECONDS} s) of retries and pod backoff")
+
+
+def _pod_arches(spec: Mapping) -> tuple[frozenset[str], str]:
+    """The kubernetes.io/arch values a pod may be scheduled on, and from what (nodeSelector, required node
+    affinity, the pinned GPU product's platform), else any node architecture."""
+    selected = (spec.get("nodeSelector") or {}).get(ARCH_LABEL)
+    if selected:
+        return frozenset({str(selected)}), "nodeSelector"
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if terms:  # terms are ORed; a term without an arch requirement allows any arch
+        arches: set[str] = set()
+        for term in terms:
+            exprs = [e for e in term.get("matchExpressions") or [] if e.get("key") == ARCH_LABEL
+                     and e.get("operator") == "In"]
+            arches |= set.intersection(*[set(map(str, e.get("values") or [])) for e in exprs]) if exprs \
+                else set(NODE_ARCHES)
+        if arches != set(NODE_ARCHES):
+            return frozenset(arches), "required node affinity"
+    platform = platform_for_product(gpu_product(spec))
+    if platform is not None:
+        return frozenset({kube_arch(platform.arch)}), f"GPU product {platform.gpu_product_label}"
+    return frozenset(NODE_ARCHES), "no architecture pin"
+
+
+def check_pods_run_on_image_arch(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    """No pod may be scheduled on a node whose CPU architecture its images are not built for."""
+    for label, spec in pod_specs(obj):
+        arches, why = _pod_arches(spec)
+        for container in all_containers(spec):
+            image = container.get("image")
+            known = image_facts(image).arch
+            if known is None:
+                yield Skipped(target_of(obj), f"{label} container {container.get('name')}: architectures of "
+                              f"{image} unknown (record them in recipes/images.yaml with their source)")
+            elif not arches <= known:
+                yield Finding(target_of(obj), f"{label} container {container.get('name')}: may run on "
+                              f"{', '.join(sorted(arches))} nodes ({why}) but {image} is built for "
+                              f"{', '.join(sorted(known))} (recipes/images.yaml); pin {ARCH_LABEL}")
+
+
+def check_graph_await_reports_failure(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    """A DynamoGraphDeployment awaited through pulumi.com/waitFor can only become Ready or time out: a graph
+    whose pods cannot run holds `pulumi up` for the whole timeout, with no reason."""
+    if obj.get("kind") != "DynamoGraphDeployment" or pulumi_await.awaiter(obj) != "custom":
+        return
+    yield Finding(target_of(obj), f"pulumi.com/waitFor {pulumi_await.wait_for_expressions(obj)}: the provider "
+                  f"ignores failures while it waits, so a graph that cannot become Ready holds `up` for "
+                  f"{pulumi_await.timeout_seconds(obj)} s with no reason; skip the await and wait in a Job that "
+                  "fails on a pod that cannot run (kimi_k3/graph_watch.py)")
