@@ -160,7 +160,7 @@ def test_smaller_ultraserver_moves_the_same_graph_to_efa():
 @pytest.mark.parametrize("stack", STACKS)
 def test_frontend_reads_the_model_path_workers_register(stack, rendered):
     objects = rendered[stack].objects
-    (pvc,) = by_kind(objects, "PersistentVolumeClaim")
+    (pvc,) = [p for p in by_kind(objects, "PersistentVolumeClaim") if p["metadata"]["name"] == "kimi-k3-model-cache"]
     fe = next(c for c in dgd_of(objects)["spec"]["components"] if c["type"] == "frontend")
     spec, main = fe["podTemplate"]["spec"], main_container(fe)
     volumes = {v["name"]: v for v in spec["volumes"]}
