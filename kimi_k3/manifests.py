@@ -219,7 +219,6 @@ def smoke_job(graph: ServingGraph, image: str, node_selector: dict[str, str] | N
     }
 
 
-def compute_domain(graph: ServingGraph, role: Role) -> Obj:
 def compute_domain(graph: ServingGraph, key: str) -> Obj:
     """The ComputeDomain every role with `compute_domain == key` claims (one per graph when KV moves over NVLink)."""
     role = next(r for r in graph.roles if r.compute_domain == key)
