@@ -110,7 +110,7 @@ def test_one_recipe_value_is_exactly_the_change(repo):
         "spec.components[DecodeWorker].podTemplate.spec.containers[main].volumeMounts[compile-cache].subPath"
     assert cache_dir["before"] != cache_dir["after"]
     assert stacks["gb300-disagg"]["summary"] == \
-        "gb300-disagg: 2 changed, 0 added, 0 removed; GPUs 24; nodes 6; violations 0"
+        "gb300-disagg: 3 changed, 0 added, 0 removed; GPUs 24; nodes 6; violations 0"
     md = diff.markdown(report)
     assert f"- `{DECODE_ARGS}`: `--max-num-seqs: 256 -> 128`" in md
     assert md.count("**Changed**") == 3  # the graph, the graph-ready Job and the smoke test Job, both re-run

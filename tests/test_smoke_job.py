@@ -24,9 +24,11 @@ def test_smoke_job_runs_the_shared_script_after_the_graph_is_ready(stack, render
     job = _by_name(r, "Job", "-smoke-test")
     script = _by_name(r, "ConfigMap", "-smoke-script")
     dgd = next(x for x in r.resources if x["type"].endswith(":DynamoGraphDeployment"))
-    # ordered after the graph, whose waitFor condition=Ready holds `pulumi up` until the operator reports Ready
-    assert dgd["urn"] in job["dependsOn"] and script["urn"] in job["dependsOn"]
-    assert dgd["inputs"]["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
+    # ordered after the graph-ready Job, which holds `pulumi up` until the operator reports the graph Ready (the
+    # graph itself is not awaited: tests/test_graph_watch.py)
+    ready = _by_name(r, "Job", "-serving-ready")
+    assert ready["urn"] in job["dependsOn"] and script["urn"] in job["dependsOn"]
+    assert dgd["urn"] in ready["dependsOn"]
     assert job["parent"] == dgd["parent"]
     # one implementation: the ConfigMap carries kimi_k3/smoke.py byte for byte
     assert script["inputs"]["data"] == {"smoke.py": (ROOT / "kimi_k3" / "smoke.py").read_text()}
