@@ -186,3 +186,20 @@ def test_frontend_model_mount_and_arch_pin_differ_on_purpose(rendered, upstream)
         assert mount["readOnly"] and "nodeSelector" not in ours["podTemplate"]["spec"]
         terms = ours["podTemplate"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "kubernetes.io/arch"
+
+
+def test_upstream_keeps_compile_caches_in_tmp_and_we_keep_them_on_the_shared_volume(rendered, upstream):
+    """Issue 15: upstream points DeepGEMM's JIT cache / FlashInfer's workspace / XDG at /tmp (lost on every restart);
+    ours put every cache variable under the compile-cache mount, one keyed directory per image + flags."""
+    moved = {"DG_JIT_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "XDG_CACHE_HOME"}
+    for stack in STACKS:
+        for objects, ours in ((upstream[stack], False), (rendered[stack].objects, True)):
+            (dgd,) = by_kind(objects, "DynamoGraphDeployment")
+            for c in dgd["spec"]["components"]:
+                if c["type"] == "frontend":
+                    continue
+                env = {e["name"]: e.get("value") for e in main_container(c).get("env", [])}
+                for name in moved & set(env):
+                    assert env[name].startswith("/compile-cache/" if ours else "/tmp"), (stack, c["name"], name)
+                if ours:
+                    assert moved <= set(env), (stack, c["name"])
