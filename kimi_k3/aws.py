@@ -444,6 +444,8 @@ def fetcher_user_data(*, bucket: str, prefix: str, repo: str, revision: str, sec
         "#!/bin/bash",
         "set -euo pipefail",
         "exec > >(tee /var/log/kimi-k3-fetch.log | logger -t kimi-k3-fetch) 2>&1",
+        # Staging in memory: files in flight (fetch_checkpoint.PARALLEL_FILES shards) must fit; tmpfs defaults to half.
+        "mount -o remount,size=110G /dev/shm",
         "dnf install -y -q python3.12 python3.12-pip",
         f"python3.12 -m pip install -q 'huggingface_hub[hf_xet]=={hub_version}'",
         f"echo '{script}' | base64 -d > /opt/fetch_checkpoint.py",

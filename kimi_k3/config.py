@@ -198,8 +198,8 @@ class S3Config(Strict):
     fetchers: int = Field(4, ge=1, le=32, description="EC2 instances that download disjoint shares of the checkpoint "
                           "from the Hub into the bucket, in parallel")
     fetcher_instance_type: str = Field("m6in.8xlarge", alias="fetcherInstanceType",
-                                       description="x86_64 type of each fetcher (m6in.8xlarge: 32 vCPU, 128 GiB "
-                                       "memory for staging, 50 Gbps network)")
+                                       description="x86_64 type of each fetcher, >= 128 GiB memory (staging is "
+                                       "a 110 GiB tmpfs); m6in.8xlarge: 32 vCPU, 128 GiB, 50 Gbps network")
 
 
 class EfsConfig(Strict):

@@ -214,7 +214,8 @@ class ModelStorage(pulumi.ComponentResource):
             instance_initiated_shutdown_behavior="terminate",
             metadata_options={"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 1},
             block_device_mappings=[{"device_name": "/dev/xvda", "ebs": {
-                "volume_size": 30, "volume_type": "gp3", "delete_on_termination": "true", "encrypted": "true"}}],
+                # Room for pip, the AL2023 image and hf_xet's chunk cache (under ~/.cache; 10 GB by default).
+                "volume_size": 100, "volume_type": "gp3", "delete_on_termination": "true", "encrypted": "true"}}],
             tags=tags, opts=child)
         fetchers = []
         for i in range(s3.fetchers):
