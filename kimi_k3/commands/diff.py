@@ -31,7 +31,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from policies import rules
 
-from kimi_k3 import flags
+from kimi_k3 import flags, replacement
 
 from . import check
 from kimi_k3.stacks import project_root, stack_names
@@ -117,6 +117,8 @@ class Render:
     outputs: dict[str, Any]
     violations: list[rules.Violation]
     not_evaluated: list[rules.NotEvaluated]
+    figures: dict[str, Any] = dataclasses.field(default_factory=dict)  # figures.json: cost/h, TTFT (absent: {})
+    records: list[dict] = dataclasses.field(default_factory=list)      # resources.json as rendered (classifier)
 
 
 def _identity(obj: dict) -> tuple:
@@ -135,7 +137,10 @@ def load_render(directory: Path) -> Render:
         if r["type"].startswith("kubernetes:") and "kind" in inputs:
             inputs = manifests.get(_identity(inputs), inputs)  # the redacted copy: Secret data never shown
         resources[r["urn"]] = {**r, "inputs": inputs}
-    return Render(resources, doc.get("outputs") or {}, sorted(violations), sorted(skipped))
+    figures_file = directory / "figures.json"
+    figures = json.loads(figures_file.read_text()) if figures_file.is_file() else {}
+    return Render(resources, doc.get("outputs") or {}, sorted(violations), sorted(skipped), figures,
+                  doc["resources"])
 
 
 # ------------------------------------------------------------------------------------------ field diffs
@@ -240,21 +245,24 @@ def diff_stack(stack: str, base: Optional[Render], head: Optional[Render],
             out[side] = {"error": errors[side]}
         elif render is not None:
             out[side] = {"gpus": render.outputs.get("gpus"), "nodes": render.outputs.get("nodes"),
-                         "resources": len(render.resources), "violations": len(render.violations)}
+                         "resources": len(render.resources), "violations": len(render.violations),
+                         **{k: render.figures.get(k) for k in FIGURES}}
         else:
             out[side] = None
     b_res = base.resources if base else {}
     h_res = head.resources if head else {}
+    # What `pulumi up` would do to each resource (create/update/replace/delete), by the one classifier.
+    actions = {c.urn: c for c in replacement.classify(base.records if base else [], head.records if head else [])}
     changed = []
     for urn in sorted(set(b_res) & set(h_res)):
         b, h = b_res[urn], h_res[urn]
         inputs = diff_values(b["inputs"], h["inputs"])
         options = diff_values({k: b.get(k) for k in OPTION_FIELDS}, {k: h.get(k) for k in OPTION_FIELDS})
         if inputs or options:
-            changed.append({**_label(h), "inputs": [c.as_json() for c in inputs],
+            changed.append({**_label(h), **_action(actions.get(urn)), "inputs": [c.as_json() for c in inputs],
                             "options": [c.as_json() for c in options]})
-    out["resources"] = {"added": [_label(h_res[u]) for u in sorted(set(h_res) - set(b_res))],
-                        "removed": [_label(b_res[u]) for u in sorted(set(b_res) - set(h_res))],
+    out["resources"] = {"added": [{**_label(h_res[u]), **_action(actions.get(u))} for u in sorted(set(h_res) - set(b_res))],
+                        "removed": [{**_label(b_res[u]), **_action(actions.get(u))} for u in sorted(set(b_res) - set(h_res))],
                         "changed": changed}
     b_v = set(base.violations) if base else set()
     h_v = set(head.violations) if head else set()
@@ -278,9 +286,53 @@ def diff_stack(stack: str, base: Optional[Render], head: Optional[Render],
     return out
 
 
+FIGURES = ("costPerHourUsd", "usedCostPerHourUsd", "ttftSeconds")
+
+
+def _action(c: Optional[replacement.Classification]) -> dict[str, Any]:
+    """The classifier's verdict for one resource, as the report shows it."""
+    if c is None:
+        return {}
+    out: dict[str, Any] = {"action": c.action}
+    if c.replace_paths:
+        out["replacedBy"] = list(c.replace_paths)
+    if c.reasons:
+        out["reasons"] = list(c.reasons)
+    if c.blocked:
+        out["blocked"] = True  # protected: `pulumi up` stops before replacing or deleting it
+    if not c.certain:
+        out["certain"] = False  # provider rules for this type not modelled: `pulumi preview` decides
+    return out
+
+
+def _fmt(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key.endswith("Usd"):
+        return f"${value:,.2f}"
+    if key == "ttftSeconds":
+        h, rest = divmod(int(value), 3600)
+        return f"{h}h{rest // 60:02d}m" if h else f"{rest // 60}m{rest % 60:02d}s"
+    return str(value)
+
+
 def _totals(out: dict, key: str) -> str:
-    b, h = ("-" if not out[s] or out[s].get(key) is None else str(out[s][key]) for s in ("base", "head"))
+    b, h = ("-" if not out[s] or out[s].get(key) is None else _fmt(key, out[s][key]) for s in ("base", "head"))
     return h if b == h else f"{b} -> {h}"
+
+
+def _actions_summary(res: dict) -> str:
+    """`2 updated, 1 REPLACED (DynamoGraphDeployment kimi-k3-...)`: what `pulumi up` would do, replacements named."""
+    counts: dict[str, list[str]] = {}
+    for r in res["changed"] + res["added"] + res["removed"]:
+        counts.setdefault(r.get("action", "changed"), []).append(f"{r['type'].rsplit(':', 1)[-1]} {r['name']}")
+    parts = []
+    for action, word in (("replace", "REPLACED"), ("update", "updated"), ("create", "created"), ("delete", "deleted"),
+                         ("changed", "changed")):
+        names = counts.get(action)
+        if names:
+            parts.append(f"{len(names)} {word}" + (f" ({', '.join(names)})" if action in ("replace", "delete") else ""))
+    return ", ".join(parts) or "no resource changes"
 
 
 def summary_line(out: dict) -> str:
@@ -289,11 +341,13 @@ def summary_line(out: dict) -> str:
         return f"{stack}: " + "; ".join(f"{side} did not render: {out[side]['error']}"
                                         for side in ("base", "head") if out[side] and "error" in out[side])
     what = {"added": "new stack", "removed": "stack removed", "unchanged": "no changes"}.get(status) or \
-        f"{len(res['changed'])} changed, {len(res['added'])} added, {len(res['removed'])} removed"
+        _actions_summary(res)
     counts = f"violations {_totals(out, 'violations')}"
     if pol["new"] or pol["resolved"]:
         counts += f" ({len(pol['new'])} new, {len(pol['resolved'])} resolved)"
-    return f"{stack}: {what}; GPUs {_totals(out, 'gpus')}; nodes {_totals(out, 'nodes')}; {counts}"
+    return (f"{stack}: {what}; GPUs {_totals(out, 'gpus')}; nodes {_totals(out, 'nodes')}; "
+            f"cost/h {_totals(out, 'costPerHourUsd')} (its nodes {_totals(out, 'usedCostPerHourUsd')}); "
+            f"time to first token {_totals(out, 'ttftSeconds')}; {counts}")
 
 
 # ------------------------------------------------------------------------------------------ render cache
@@ -402,6 +456,22 @@ def _change_lines(change: dict) -> list[str]:
     return [f"- `{path}`: `{_value(before)} -> {_value(after)}`"]
 
 
+_ACTION_TITLE = {"replace": "REPLACED", "update": "Updated in place",
+                 "same": "Not applied by pulumi up (ignoreChanges, or no provider diff)"}
+
+
+def _verdict(r: dict) -> str:
+    """` - replaced: spec.storageClassName forces a new PVC` etc., from the classifier's reasons."""
+    bits = list(r.get("reasons") or [])
+    if r.get("replacedBy") and not bits:
+        bits.append("replaced because of " + ", ".join(f"`{p}`" for p in r["replacedBy"]))
+    if r.get("blocked"):
+        bits.append("protected: `pulumi up` stops before this")
+    if r.get("certain") is False:
+        bits.append("update or replace: `pulumi preview` decides (provider rules not modelled)")
+    return (" - " + "; ".join(bits)) if bits else ""
+
+
 def _violation_line(v: dict) -> str:
     return f"- `{v['rule']}` ({v['level']}) `{v['target']}`: {v['message']}"
 
@@ -429,9 +499,9 @@ def markdown(report: dict[str, Any]) -> str:
         res = s["resources"]
         for title, items in (("Added", res["added"]), ("Removed", res["removed"])):
             if items:
-                lines += [f"**{title}**", "", *(f"- `{r['type']}` `{r['name']}`" for r in items), ""]
-        for r in res["changed"]:
-            lines += [f"**Changed** `{r['type']}` `{r['name']}`", ""]
+                lines += [f"**{title}**", "", *(f"- `{r['type']}` `{r['name']}`{_verdict(r)}" for r in items), ""]
+        for r in sorted(res["changed"], key=lambda r: r.get("action") != "replace"):  # replacements first
+            lines += [f"**{_ACTION_TITLE.get(r.get('action'), 'Changed')}** `{r['type']}` `{r['name']}`{_verdict(r)}", ""]
             for change in r["inputs"]:
                 lines += _change_lines(change)
             for change in r["options"]:

@@ -251,6 +251,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
         try:
             rendered.write(out)
+            from .figures import stack_figures  # GPUs, cost/h, time to first token: what `kimi-k3 diff` compares
+            (out / "figures.json").write_text(json.dumps(stack_figures(stack, rendered.resources), indent=2,
+                                                         sort_keys=True) + "\n")
         except OSError as exc:
             raise UserError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
         print(f"{stack}: {len(rendered.objects)} Kubernetes objects, {len(rendered.resources)} resources, "
