@@ -72,6 +72,11 @@ def repo(tmp_path_factory) -> Path:
     return repo
 
 
+def price_of(stack: str) -> float:
+    import yaml
+    return yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]["kimi-k3:pricing"]["instanceHourUsd"]
+
+
 def kimi_k3_cli(repo: Path, *args: str) -> subprocess.CompletedProcess:
     """This venv's `kimi-k3` run from the project directory, as CI runs it."""
     return subprocess.run([str(Path(sys.executable).parent / "kimi-k3"), *args], cwd=repo,
@@ -109,11 +114,22 @@ def test_one_recipe_value_is_exactly_the_change(repo):
     assert cache_dir["path"] == \
         "spec.components[DecodeWorker].podTemplate.spec.containers[main].volumeMounts[compile-cache].subPath"
     assert cache_dir["before"] != cache_dir["after"]
-    assert stacks["gb300-disagg"]["summary"] == \
-        "gb300-disagg: 3 changed, 0 added, 0 removed; GPUs 24; nodes 6; violations 0"
+    price = price_of("gb300-disagg")  # the stack file's instance price; a Capacity Block bills its 18 instances
+    changed = stacks["gb300-disagg"]["resources"]["changed"]
+    (dgd,) = [r for r in changed if r["type"] == DGD]
+    assert dgd["action"] == "update"  # a flag change updates the graph in place
+    replaced = sorted(r["name"] for r in changed if r["action"] == "replace")
+    assert replaced and all(r["type"] == "kubernetes:batch/v1:Job" for r in changed if r["action"] == "replace")
+    assert stacks["gb300-disagg"]["summary"] == (
+        f"gb300-disagg: {len(replaced)} REPLACED ({', '.join(f'Job {n}' for n in replaced)}), 1 updated; "
+        f"GPUs 24; nodes 6; cost/h ${price * 18:,.2f} (its nodes ${price * 6:,.2f}); "
+        f"time to first token {stacks['gb300-disagg']['summary'].split('time to first token ')[1].split(';')[0]}; "
+        "violations 0")
+    assert "->" not in stacks["gb300-disagg"]["summary"]  # a batch limit changes neither cost nor time to first token
     md = diff.markdown(report)
     assert f"- `{DECODE_ARGS}`: `--max-num-seqs: 256 -> 128`" in md
-    assert md.count("**Changed**") == 3  # the graph, the graph-ready Job and the smoke test Job, both re-run
+    # the graph, and the Jobs that re-run against it
+    assert sum(md.count(t) for t in ("**REPLACED**", "**Updated in place**", "**Not applied by pulumi up")) == 3
 
 
 def test_replicas_change_moves_gpu_and_node_totals(repo):
@@ -144,7 +160,7 @@ def test_policy_breaking_change_shows_the_new_violation_first(repo):
     assert {(c["before"], c["after"]) for c in changes} == {("cuda_copy,cuda_ipc,tcp", "^cuda_ipc")}
     assert all(c["path"].endswith(".env[UCX_TLS].value") for c in changes)
     md = diff.markdown(report)
-    assert md.index("**New violations**") < md.index("**Changed**")
+    assert md.index("**New violations**") < min(md.index(t) for t in ("**REPLACED**", "**Updated in place**") if t in md)
     assert "`ucx-settings-consistent` (mandatory)" in md
 
 
@@ -169,7 +185,11 @@ def test_stacks_on_one_side_only_are_added_or_removed(repo):
     (added,) = diff.run_diff(repo, "base", "new-stack", ["gb300-copy"])["stacks"]
     (removed,) = diff.run_diff(repo, "new-stack", "base", ["gb300-copy"])["stacks"]
     assert (added["status"], removed["status"]) == ("added", "removed")
-    assert added["summary"] == "gb300-copy: new stack; GPUs - -> 16; nodes - -> 4; violations - -> 0"
+    price = price_of("gb300")
+    assert added["summary"].startswith("gb300-copy: new stack; GPUs - -> 16; nodes - -> 4; "
+                                       f"cost/h - -> ${price * 18:,.2f} (its nodes - -> ${price * 4:,.2f}); "
+                                       "time to first token - -> ")
+    assert added["summary"].endswith("; violations - -> 0")
     assert len(added["resources"]["added"]) == len(removed["resources"]["removed"]) > 0
 
 
@@ -255,3 +275,30 @@ def test_scalar_lists_show_membership_and_unnamed_lists_index():
 def test_multiline_strings_render_as_a_unified_diff():
     lines = diff._change_lines({"path": "data.script", "before": "a\nb\nc", "after": "a\nB\nc"})
     assert lines[0] == "- `data.script`:" and "  -b" in lines and "  +B" in lines
+
+
+def _render_dir(tmp_path, name, rendered):
+    from kimi_k3.commands.figures import stack_figures  # noqa: F401 - figures are the render command's; not needed here
+    out = tmp_path / name
+    rendered.write(out)
+    return diff.load_render(out)
+
+
+def test_a_replaced_cache_and_graph_are_named_in_the_summary_and_blocked_when_protected(rendered, tmp_path):
+    """A namespace change: pulumi-kubernetes replaces every namespaced object (metadata.namespace is force-new);
+    the protected model cache cannot be replaced, so `pulumi up` would stop: the report says so, first."""
+    from conftest import render_with
+    base = _render_dir(tmp_path, "base", rendered["gb300"])
+    head = _render_dir(tmp_path, "head", render_with("gb300", serving={"namespace": "kimi-k3-b"}))
+    report = diff.diff_stack("gb300", base, head, {})
+    changed = {r["name"]: r for r in report["resources"]["changed"]}
+    assert changed["kimi-k3-serving-deployment"]["action"] == "replace"
+    cache = changed["kimi-k3-model-cache-volume"]
+    protected = next(r["protect"] for r in head.records if r["name"] == "kimi-k3-model-cache-volume")
+    assert cache["action"] == "replace" and cache.get("blocked", False) == protected
+    replaced = sum(r.get("action") == "replace" for r in report["resources"]["changed"])
+    assert f"{replaced} REPLACED (" in report["summary"] and f"+{replaced - 4} more)" in report["summary"]
+    md = diff.markdown({"base": {"ref": "main", "commit": "0" * 40}, "head": {"ref": "x", "commit": None},
+                        "stacks": [report]})
+    assert ("protected: `pulumi up` stops before this" in md) == protected
+    assert md.index("**REPLACED**") < md.index("**Updated in place**") if "**Updated in place**" in md else True

@@ -324,14 +324,17 @@ def _totals(out: dict, key: str) -> str:
 def _actions_summary(res: dict) -> str:
     """`2 updated, 1 REPLACED (DynamoGraphDeployment kimi-k3-...)`: what `pulumi up` would do, replacements named."""
     counts: dict[str, list[str]] = {}
-    for r in res["changed"] + res["added"] + res["removed"]:
+    # Replacements of what users fear losing first: the serving graph and the model cache.
+    key = lambda r: (not r["type"].endswith((":DynamoGraphDeployment", ":PersistentVolumeClaim")), r["name"])  # noqa: E731
+    for r in sorted(res["changed"] + res["added"] + res["removed"], key=key):
         counts.setdefault(r.get("action", "changed"), []).append(f"{r['type'].rsplit(':', 1)[-1]} {r['name']}")
     parts = []
     for action, word in (("replace", "REPLACED"), ("update", "updated"), ("create", "created"), ("delete", "deleted"),
                          ("changed", "changed")):
         names = counts.get(action)
         if names:
-            parts.append(f"{len(names)} {word}" + (f" ({', '.join(names)})" if action in ("replace", "delete") else ""))
+            shown = ", ".join(names[:4]) + (f", +{len(names) - 4} more" if len(names) > 4 else "")
+            parts.append(f"{len(names)} {word}" + (f" ({shown})" if action in ("replace", "delete") else ""))
     return ", ".join(parts) or "no resource changes"
 
 
