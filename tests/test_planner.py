@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -326,7 +327,7 @@ def test_cli_adhoc_json_is_deterministic(capsys):
 def test_cli_kv_budget_and_table(capsys):
     assert plan_cmd.run(_cli("--gpu", "gb200", "--tp", "16", "--kv-budget-gib", "12")) == 0
     text = capsys.readouterr().out
-    assert "KV pool per GPU                12.00 GiB" in text and "NO (margin" in text
+    assert re.search(r"KV pool per GPU +12.00 GiB", text) and "NO (margin" in text
     assert "no price configured" in text
 
 

@@ -19,7 +19,8 @@ from . import plan_perf
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("plan", description=__doc__)
+    p = subparsers.add_parser("plan", description=__doc__, epilog=TERMS,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("stack", nargs="?", help="stack name (reads its serving graph); omit with --gpu/--tp")
     p.add_argument("--gpu", help="ad hoc role: platform key from recipes/platforms.yaml")
     p.add_argument("--tp", type=whole(1), help="ad hoc role: tensor-parallel size")
@@ -83,17 +84,17 @@ def fraction(text: str) -> float:
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 
 
-def check_plot_path(path: str) -> None:
+def check_plot_path(path: str, flag: str = "--plot") -> None:
     """--plot FILE: a supported image type in a directory that exists and can be written (checked up front)."""
     target = Path(path)
     if target.suffix.lower() not in PLOT_FORMATS:
-        raise UserError(f"--plot {path}: unsupported file type {target.suffix or '(none)'!r}; allowed: a file name "
+        raise UserError(f"{flag} {path}: unsupported file type {target.suffix or '(none)'!r}; allowed: a file name "
                         f"ending in {', '.join(PLOT_FORMATS)}, e.g. plan.png")
     parent = target.parent
     if not parent.is_dir():
-        raise UserError(f"--plot {path}: directory {parent} does not exist; create it first or choose another path")
+        raise UserError(f"{flag} {path}: directory {parent} does not exist; create it first or choose another path")
     if target.is_dir() or not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise UserError(f"--plot {path}: cannot be written here")
+        raise UserError(f"{flag} {path}: cannot be written here")
 
 
 def _pricing(args: argparse.Namespace, platform: planner.Platform) -> planner.Pricing | None:
@@ -215,9 +216,11 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
             ("KV pool per GPU", f"{j['kv_pool_gib_per_gpu']:.2f} GiB"),
             ("MLA KV per token per GPU", f"{j['kv_bytes_per_token']:,.0f} B"),
             ("KDA state per request per GPU", f"{j['state_mib_per_request_per_gpu']:.1f} MiB"),
-            ("KV capacity (vLLM log)", f"{j['kv_capacity_tokens']:,} tokens"),
-            ("longest single request", f"{j['kv_capacity_tokens_single_request']:,} tokens"),
-            *[(f"  concurrent @ {int(c):,}", str(n)) for c, n in j["max_concurrent_requests"].items()],
+            ("KV cache size, vLLM's log line", f"{j['kv_capacity_tokens']:,} tokens (the pool split over "
+                                                 f"{p.attention_groups + p.kda_groups} cache groups: not a limit, see terms)"),
+            ("longest one request can be", f"{j['kv_capacity_tokens_single_request']:,} tokens"),
+            ("requests at once, per replica", "each request of:"),
+            *[(f"  {int(c):,} tokens", str(n)) for c, n in j["max_concurrent_requests"].items()],
             (f"fits {p.max_model_len:,} tokens", f"{'yes' if p.fits else 'NO'} (margin {p.fit_margin_gib:+.1f} GiB)"),
             *[(f"  cold start via {b}", f"{s / 60:.1f} min") for b, s in j["load_seconds"].items()],
         ]
@@ -237,25 +240,48 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
     return "\n".join([f"Kimi K3 plan: {title}", *(f"{k.ljust(width)}  {v}" for k, v in rows)])
 
 
-def plot(stack: planner.StackPlan, path: str) -> None:
+TERMS = """\
+terms:
+  KV pool per GPU                 GPU memory left for the KV cache and KDA state after weights and the reserve.
+  KV cache size, vLLM's log line  vLLM's startup line 'GPU KV cache size: N tokens' divides the pool evenly over all
+                                  cache groups (MLA attention and KDA state groups of this hybrid model). It is not
+                                  what requests can use: a request's attention tokens take the attention groups'
+                                  share as they grow. For capacity read the two rows below it.
+  longest one request can be      the context one request alone could reach with the whole pool.
+  requests at once                vLLM's 'Maximum concurrency for N tokens per request': how many requests of that
+                                  full context fit together in one replica (each also holds its KDA state). So
+                                  '3 at 1,048,576' and a log line below 1M tokens do not contradict each other.
+  fits                            weights + reserve + one request at the full context fit in GPU memory."""
+
+
+def plan_figure(stack: planner.StackPlan, title: str):
+    """The capacity and cost-per-slot figure: titled with the stack, one line per distinct curve (roles that
+    draw the same curve share it and its label), the legend below both axes so it never covers data."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     contexts = list(planner.CONTEXTS)
-    fig, (cap, cost) = plt.subplots(1, 2, figsize=(12, 4.8))
-    # Distinct dash and marker per role: roles with the same topology draw the same curve.
-    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
-    for i, r in enumerate(stack.roles):
-        line, marker = styles[i % len(styles)]
-        label = f"{r.spec.name}: {r.plan.gpu} TP{r.plan.tp}" + (f" DCP{r.plan.dcp}" if r.plan.dcp > 1 else "")
-        counts = [r.plan.vllm_max_concurrency(c) for c in contexts]
-        cap.plot(contexts, counts, linestyle=line, marker=marker, label=label)
+    fig, (cap, cost) = plt.subplots(1, 2, figsize=(12, 5.6))
+    # Roles with the same topology draw identical curves: one line, labelled with every role it stands for.
+    curves: dict[tuple, list] = {}
+    for r in stack.roles:
+        counts = tuple(r.plan.vllm_max_concurrency(c) for c in contexts)
+        slot_cost = None
         if stack.pricing is not None:
             role_hour = r.gpus * stack.pricing.instance_hour_usd / stack.pricing.gpus_per_instance
-            slots = [n * r.spec.replicas for n in counts]
-            cost.plot(contexts, [role_hour / s if s > 0 else float("nan") for s in slots],
-                      linestyle=line, marker=marker, label=label)
+            slot_cost = tuple(role_hour / (n * r.spec.replicas) if n > 0 else float("nan") for n in counts)
+        curves.setdefault((counts, slot_cost), []).append(r)
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+    for i, ((counts, slot_cost), roles) in enumerate(curves.items()):
+        line, marker = styles[i % len(styles)]
+        p = roles[0].plan
+        names = " = ".join(r.spec.name for r in roles)
+        label = f"{names}: {p.gpu} TP{p.tp}" + (f" DCP{p.dcp}" if p.dcp > 1 else "") + \
+            (" (same curve)" if len(roles) > 1 else "")
+        cap.plot(contexts, counts, linestyle=line, marker=marker, label=label)
+        if slot_cost is not None:
+            cost.plot(contexts, slot_cost, linestyle=line, marker=marker, label=label)
     for ax in (cap, cost):
         ax.set_xscale("log", base=2)
         ax.set_xlim(contexts[0] / 1.4, contexts[-1] * 1.4)
@@ -263,25 +289,37 @@ def plot(stack: planner.StackPlan, path: str) -> None:
         ax.set_xlabel("context length per request (tokens)")
         ax.grid(True, which="both", alpha=0.3)
     cap.set_yscale("log")
-    cap.set_ylabel("concurrent requests per replica (vLLM)")
-    cap.set_title("KV capacity")
-    cap.legend()
-    cost.set_title("cost per concurrent request slot")
+    cap.set_ylabel("requests at once per replica (vLLM max concurrency)")
+    cap.set_title("requests that fit together in one replica")
+    cost.set_title("cost per request slot")
     if stack.pricing is None:
         cost.text(0.5, 0.5, "no price configured", ha="center", va="center", transform=cost.transAxes)
     else:
         cost.set_yscale("log")
         cost.set_ylabel("$ per slot-hour")
-        cost.legend(title=f"{stack.pricing.source}, {stack.pricing.as_of}", title_fontsize="small")
-    fig.suptitle(f"Kimi K3: {', '.join(r.spec.name for r in stack.roles)}")
-    fig.tight_layout()
+    handles, labels = cap.get_legend_handles_labels()
+    fig.suptitle(f"Kimi K3 plan: {title}")
+    rows = 1 + (len(labels) - 1) // 3
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.035), ncol=min(len(labels), 3),
+               frameon=False)
+    if stack.pricing is not None:
+        fig.text(0.5, 0.005, f"price: {stack.pricing.source} ({stack.pricing.as_of})", ha="center", va="bottom",
+                 fontsize="small", wrap=True)
+    fig.tight_layout(rect=(0, 0.07 + 0.045 * rows, 1, 0.95))
+    return fig
+
+
+def plot(stack: planner.StackPlan, path: str, title: str = "") -> None:
+    import matplotlib.pyplot as plt
+    fig = plan_figure(stack, title)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.plot:
-        check_plot_path(args.plot)
+    for flag, image in (("--plot", args.plot), ("--pareto", getattr(args, "pareto", None))):  # before any work
+        if image:
+            check_plot_path(image, flag)
     try:
         if args.sla:
             if args.stack or args.gpu:
@@ -323,9 +361,10 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(f"{k.ljust(width)}  {v}".rstrip() for k, v in rows))
         if rollout is not None:
             print("\n".join(rollout.lines() + _bounds(args.stack).lines()))
+        print("\n" + TERMS)
     if args.plot:
         try:
-            plot(stack, args.plot)
+            plot(stack, args.plot, title)
         except OSError as exc:
             raise UserError(f"--plot {args.plot}: cannot be written ({exc.strerror or exc})") from None
     try:
