@@ -49,11 +49,14 @@ def test_change_updates_the_graph_in_place(bases, stack, what, overrides):
     graph = [c for c in out if c.type == DGD]
     assert [c.action for c in graph] == [R.UPDATE], f"{what}: {[c.as_json() for c in graph]}"
     assert not any(c.action in (R.REPLACE, R.DELETE) and c.type in CACHE_TYPES for c in out)
-    # The smoke test Job is the one replacement by design: its pod template carries the graph's hash, so a changed
-    # graph re-runs the smoke test against it (a Job's template is immutable: re-running is replacing).
-    smoke = [c for c in out if c.type == "kubernetes:batch/v1:Job" and c.name.endswith("-smoke-test")]
-    assert [c.action for c in smoke] == [R.REPLACE], f"{what}: the smoke test must run again"
-    assert not [c.as_json() for c in out if c.action == R.REPLACE and c not in smoke], f"{what} replaces something"
+    # The smoke test Job and the graph-ready Job are the replacements by design: their pod templates carry the
+    # graph's hash, so a changed graph is waited for and smoke-tested again (a Job's template is immutable:
+    # re-running is replacing).
+    reruns = [c for c in out if c.type == "kubernetes:batch/v1:Job" and c.name.endswith(("-smoke-test", "-ready"))]
+    assert sorted((c.name, c.action) for c in reruns) == [
+        ("kimi-k3-serving-ready", R.REPLACE), ("kimi-k3-serving-smoke-test", R.REPLACE)], \
+        f"{what}: up must wait for the changed graph and smoke-test it again"
+    assert not [c.as_json() for c in out if c.action == R.REPLACE and c not in reruns], f"{what} replaces something"
 
 
 def test_old_recipe_derived_graph_name_would_have_replaced_the_graph(bases):
