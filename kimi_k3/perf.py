@@ -84,6 +84,7 @@ def raw_estimate(point: dict[str, Any], live: bool = True) -> tuple[dict[str, fl
     Exact grid points come straight from the committed table; others are interpolated between grid
     neighbours in batch and context. Raises PerfError when the table cannot answer (OOM, off grid).
     """
+    point = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in point.items()}
     key = aic.point_key(point)
     found = _points().get(key)
     if found is not None:
@@ -470,40 +471,53 @@ def memory_comparison(gpu: str, tp: int) -> Optional[dict[str, Any]]:
 # ---------------------------------------------------------------- mocker
 
 
-def mocker_profile(layout: Layout, osl: int = DEFAULT_OSL) -> dict[str, Any]:
-    """Dynamo mocker timing tables (the `--planner-profile-data` NPZ keys of dynamo/mocker 1.6.1,
-    utils/planner_profiler_perf_data_converter.py) from the calibrated model of `layout`:
+def mocker_profile(layout: Layout, osl: int = DEFAULT_OSL, resolution: int = 24,
+                   max_active_kv_tokens: Optional[int] = None) -> dict[str, Any]:
+    """Dynamo mocker timing tables from the calibrated model of `layout`, in the mocker-format NPZ keys of
+    dynamo/mocker 1.6.1 (utils/planner_profiler_perf_data_converter.py, on regular grids as it makes them):
     prefill_ttft_ms by prefill_isl, and decode_itl[active KV tokens][context length] in ms, where the decode
-    batch is active tokens / context length (clamped to the 1..64 requests per worker the table covers)."""
+    batch is active tokens / context length. Outside the table (contexts below 8k, more than 64 requests per
+    worker, up to 256) the nearest covered point is used, scaled by the extra load."""
     cal = calibration()
-    contexts, prefill = [], []
-    for isl in aic.CONTEXTS:  # the context lengths where one request fits (aiconfigurator's memory check)
+    fits = []
+    for isl in aic.CONTEXTS:  # context lengths where one request fits (aiconfigurator's memory check)
         try:
-            raw, _ = raw_estimate(layout.point(isl, osl, 1), live=False)
+            raw_estimate(layout.point(isl, osl, 1), live=False)
+            fits.append(isl)
         except PerfError:
-            continue
-        contexts.append(isl)
-        prefill.append(round(cal.apply(raw, 1, prefill_batch=1)["ttft_ms"], 3))
-    if not contexts:
+            pass
+    if not fits:
         raise PerfError(f"no context length of {layout.describe()} is in the committed aiconfigurator table")
-    active = sorted({b * c for b in aic.BATCHES for c in contexts} | {1})
-    itl = []
-    for kv in active:
-        row = []
-        for ctx in contexts:
-            batch = min(max(round(kv / ctx), 1), aic.BATCHES[-1])
-            value = None
-            while value is None and batch >= 1:
-                try:
-                    raw, _ = raw_estimate(layout.point(ctx, osl, batch), live=False)
-                    value = cal.apply(raw, batch)["tpot_ms"] * (max(kv / ctx, 1) / batch)
-                except PerfError:  # beyond what fits: the largest batch that does, scaled by the extra load
-                    batch //= 2
-            row.append(round(value, 3) if value is not None else None)
-        itl.append(row)
-    return {"prefill_isl": [float(c) for c in contexts], "prefill_ttft_ms": prefill,
-            "decode_active_kv_tokens": [float(a) for a in active], "decode_context_length": [float(c) for c in contexts],
-            "decode_itl": itl}
+    lo, hi = fits[0], fits[-1]
+    if max_active_kv_tokens is None:
+        from . import planner
+        max_active_kv_tokens = planner.plan_role(layout.gpu, layout.tp).single_request_tokens
+
+    def grid(a: float, b: float) -> list[float]:
+        return [a + (b - a) * k / (resolution - 1) for k in range(resolution)]
+
+    def tpot(ctx: float, batch: float) -> float:
+        ctx = min(max(ctx, lo), hi)
+        b = min(max(batch, 1.0), float(aic.BATCHES[-1]))
+        while True:
+            try:
+                raw, _ = raw_estimate(layout.point(ctx, osl, b), live=False)
+                return cal.apply(raw, b)["tpot_ms"] * max(batch, 1.0) / b
+            except PerfError:  # this many requests of this length do not fit: fewer, scaled by the load
+                if b <= 1:
+                    raise
+                b = max(1.0, b / 2)
+
+    isl_grid = grid(lo, hi)
+    prefill = []
+    for isl in isl_grid:
+        raw, _ = raw_estimate(layout.point(isl, osl, 1), live=False)
+        prefill.append(round(cal.apply(raw, 1, prefill_batch=1)["ttft_ms"], 3))
+    kv_grid, ctx_grid = grid(0, float(max_active_kv_tokens)), grid(1, hi)
+    # A worker never runs more than its --max-num-seqs (256 in our recipes) at once.
+    itl = [[round(tpot(ctx, min(kv / ctx, 256.0)), 3) for ctx in ctx_grid] for kv in kv_grid]
+    return {"prefill_isl": isl_grid, "prefill_ttft_ms": prefill, "decode_active_kv_tokens": kv_grid,
+            "decode_context_length": ctx_grid, "decode_itl": itl}
 
 
 def write_mocker_profile(profile: dict[str, Any], path: str) -> str:

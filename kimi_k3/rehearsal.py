@@ -165,6 +165,18 @@ def role_kv_plans(graph: ServingGraph) -> dict[str, RolePlan]:
                              kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len) for r in graph.roles}
 
 
+def perf_profile(graph: ServingGraph) -> dict[str, Any]:
+    """The mocker's timing tables (its --planner-profile-data NPZ keys) from the calibrated performance model of
+    this graph's layout on its platform (kimi_k3/perf.py): rehearsal latencies then say something about GB200/GB300.
+    Raises perf.PerfError where the model has no numbers for the layout."""
+    from . import perf
+
+    layout = perf.Layout.from_roles(
+        perf.RoleLayout(r.key, "prefill" if r.type == "prefill" else "decode", graph.platform.name, r.tp, r.replicas)
+        for r in graph.roles)
+    return perf.mocker_profile(layout)
+
+
 def plan_rehearsal(graph: ServingGraph, role_plans: Mapping[str, RolePlan], *, http_port: int,
                    metrics_ports: Iterable[int], model_path: str, speedup_ratio: float = 1.0,
                    perf_profile: Optional[str] = None) -> Rehearsal:
@@ -312,9 +324,12 @@ def render_markdown(report: Mapping[str, Any], plots: Iterable[str] = ()) -> str
         lines += [f"**Failed:** {report['failure']}", ""]
     lines += [
         "The real Dynamo frontend and KV router served this stack's graph on 127.0.0.1, with one simulated engine "
-        "(`dynamo.mocker`) per worker replica, sized by the planner. Latencies are the mocker's timing model on "
-        "this machine, not GB200/GB300 numbers. Token counts come from the rehearsal's small fixture tokenizer, "
-        "not Kimi K3's.", "",
+        "(`dynamo.mocker`) per worker replica, sized by the planner. "
+        + ("Each mocker's step timing is the calibrated performance model of this layout on its GPUs (`kimi-k3 plan` "
+           "numbers, fed as the mocker's profile data), so latencies approximate GB200/GB300 for the fixture's prompt "
+           "lengths. " if report.get("timing") == "perf model" else
+           "Latencies are the mocker's own timing model on this machine, not GB200/GB300 numbers. ")
+        + "Token counts come from the rehearsal's small fixture tokenizer, not Kimi K3's.", "",
         f"- graph ready in **{_fmt(report['ready_seconds'], ' s')}** (block size {report['block_size']}, "
         f"context {report['max_model_len']:,} tokens)",
         "- KV cache hit rate during the load (frontend's cached / prompt tokens): **"

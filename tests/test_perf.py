@@ -293,3 +293,18 @@ def test_mocker_profile_has_the_mockers_npz_keys():
     # Longer prompts take longer to prefill; more active tokens per step take longer to decode.
     assert prof["prefill_ttft_ms"][-1] > prof["prefill_ttft_ms"][0]
     assert prof["decode_itl"][-1][-1] > prof["decode_itl"][0][-1]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_rehearsal_timing_comes_from_the_performance_model(stack):
+    from kimi_k3 import rehearsal
+    from kimi_k3.stacks import load_stack
+
+    _, graph = load_stack(stack)
+    prof = rehearsal.perf_profile(graph)
+    layout = perf.Layout.from_roles(perf.RoleLayout(r.key, "prefill" if r.type == "prefill" else "decode",
+                                                    graph.platform.name, r.tp, r.replicas) for r in graph.roles)
+    # The first prefill entry is the model's calibrated TTFT for one 8k request on this layout.
+    first = perf.estimate(layout, perf.Workload(8192, perf.DEFAULT_OSL, layout.replicas), live=False)
+    assert prof["prefill_isl"][0] == 8192
+    assert prof["prefill_ttft_ms"][0] == pytest.approx(first.calibrated["ttft_ms"], rel=1e-3)

@@ -53,7 +53,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="shared system prompt of the agentic run, in fixture tokens (4096)")
     p.add_argument("--turns", type=int, default=4, help="turns per agentic conversation (4)")
     p.add_argument("--speedup-ratio", type=float, default=1.0, help="mocker timing speedup (1.0 = its model's pace)")
-    p.add_argument("--perf-profile", help="mocker --planner-profile-data (a perf profile, e.g. from aiconfigurator)")
+    p.add_argument("--perf-profile", help="mocker --planner-profile-data (default: one written from the calibrated "
+                   "performance model of the stack, `kimi-k3 plan STACK --mocker-profile`)")
+    p.add_argument("--mocker-timing", dest="perf_model", action="store_false",
+                   help="use the mocker's own timing model instead of the stack's performance model")
     p.add_argument("--runs", default="agentic,synthetic",
                    help="AIPerf runs, comma-separated from agentic,synthetic (default both)")
     p.add_argument("--no-load", dest="load", action="store_false", help="skip AIPerf (ready + smoke test only)")
@@ -269,6 +272,15 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
             loopback_up()
     args.network = "private network namespace (loopback only)" if os.environ.get(NETNS_ENV) == "1" else "host loopback"
 
+    # Step timing from the stack's performance model unless a profile (or the mocker's own timing) is asked for.
+    args.timing = "perf profile " + args.perf_profile if args.perf_profile else "mocker"
+    if args.perf_profile is None and args.perf_model:
+        from kimi_k3 import perf
+        try:
+            args.perf_profile = perf.write_mocker_profile(rehearsal.perf_profile(graph), str(out / "perf_profile.npz"))
+            args.timing = "perf model"
+        except perf.PerfError as err:
+            say(f"rehearse {args.stack}: the mocker's own timing (no performance model for this layout: {err})")
     # The same KV plan `kimi-k3 plan STACK` prints for each role.
     role_plans = rehearsal.role_kv_plans(graph)
     http_port = free_port()
@@ -346,7 +358,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                                     runs=runs, kv_hit=kv_hit, worker_load=worker_load, failure=failure,
                                     extra={"total_seconds": round(time.monotonic() - started, 2),
                                            "network": args.network, "scratch_dir": str(scratch),
-                                           "speedup_ratio": args.speedup_ratio,
+                                           "speedup_ratio": args.speedup_ratio, "timing": args.timing,
                                            "aiperf": {"requests": args.requests, "duration_cap_s": args.duration,
                                                       "concurrency": args.concurrency,
                                                       "system_prompt_tokens": args.system_prompt_tokens,
@@ -385,7 +397,8 @@ def command_line(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             out += ["--" + name.replace("_", "-"), str(value)]
-    return out + ([] if args.load else ["--no-load"]) + (["--host-network"] if args.host_network else [])
+    return (out + ([] if args.load else ["--no-load"]) + (["--host-network"] if args.host_network else [])
+            + ([] if args.perf_model else ["--mocker-timing"]))
 
 
 def loopback_up() -> None:
