@@ -13,7 +13,7 @@ USER_CONFIG = .pulumi-user/Pulumi.$(STACK).yaml
 PULUMI_ARGS = --stack $(STACK) --config-file $(USER_CONFIG)
 MIN_PYTHON := 3.11
 
-.PHONY: venv test test-slow test-perf perf-venv pareto guard render check plan bench pulumi-cli stack token preview up park unpark clean rehearse rehearse-venv test-rehearse help python-version diff user-config
+.PHONY: venv test test-slow test-perf perf-venv pareto guard render check plan bench pulumi-cli stack token preview up park unpark clean rehearse rehearse-venv test-rehearse help python-version diff user-config engine-tools test-engine
 
 help:  ## list the targets
 	@echo "make TARGET [STACK=gb300-disagg]    (stacks: $(STACKS))"
@@ -146,6 +146,20 @@ park: token  ## delete everything of STACK but the filesystem with the weights (
 unpark: token  ## rebuild STACK onto the kept weights
 	pulumi config rm --path 'kimi-k3:cluster.parked' $(PULUMI_ARGS)
 	pulumi up $(PULUMI_ARGS) --policy-pack policies
+
+# The engine lane (README, "Engine lane"): Pulumi CLI + Python host, Kubernetes provider, etcd and kube-apiserver
+# built from Go modules (tools/engine/versions.env; cached in build/engine/), then the real preview/up/destroy
+# against a local API server in a network namespace with only loopback. A `pulumi` on PATH is used instead of ours.
+ENGINE_TOOLS = $(if $(shell command -v pulumi),provider kube etcd,)
+engine-tools:  ## build the engine lane's Go tools (pinned in tools/engine/versions.env) into build/engine/
+	tools/engine/build.sh $(ENGINE_TOOLS)
+
+test-engine: venv  ## the real Pulumi engine against a local API server (network namespace, loopback only)
+	@bin=$$(tools/engine/build.sh $(ENGINE_TOOLS)) && \
+	  ENGINE_BIN=$$bin unshare --net -- sh -c 'ip link set lo up && exec $(BIN)/pytest -p no:cacheprovider -q -rs tools/engine'
+
+clean:
+	rm -rf build rendered .pytest_cache
 
 clean:  ## remove build output and .venv (the next make rebuilds it); keeps .pulumi-state and .pulumi-user
 	rm -rf build rendered .pytest_cache $(VENV)

@@ -1,0 +1,257 @@
+"""The engine lane's harness: a local Kubernetes API server (etcd + kube-apiserver + kube-controller-manager for
+garbage collection) and the real Pulumi CLI on a local file backend, all inside the network namespace that
+`make test-engine` creates with `unshare -n` (only loopback: nothing can dial out).
+
+Tools come from `tools/engine/build.sh` (Go modules pinned in tools/engine/versions.env); a `pulumi` already on
+PATH wins over ours (users keep their own CLI): our bin directory is appended to PATH, not prepended.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import requests
+import urllib3
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SHARED_REFERENCE = ROOT.parent / "shared" / "reference"
+# The CRDs the Dynamo platform chart and the DRA driver chart install, as their upstream files (unmodified).
+CRD_FILES = ("dynamo/crds", "dra/crds")
+ETCD_PORT, ETCD_PEER_PORT, API_PORT = 2379, 2380, 6443
+TOKEN = "kimi-k3-engine-lane-admin"
+STARTUP_TIMEOUT_S = 120
+
+urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the API server's self-signed loopback cert
+
+
+def log(msg: str) -> None:
+    print(f"[engine-lane {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def only_loopback() -> list[str]:
+    """Interfaces of this process's network namespace (the lane runs only where this is ['lo'])."""
+    return sorted(name for _, name in socket.if_nameindex())
+
+
+def tool_dir() -> Path:
+    """Build (or reuse) the pinned tools; the CLI only when no `pulumi` is on PATH."""
+    want = ["provider", "kube", "etcd"] + ([] if shutil.which("pulumi") else ["pulumi"])
+    out = subprocess.run([str(ROOT / "tools/engine/build.sh"), *want], check=True, stdout=subprocess.PIPE,
+                         text=True).stdout.strip().splitlines()[-1]
+    return Path(out)
+
+
+def tool_env(bin_dir: Path, home: Path, passphrase: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
+    env.update({
+        "PATH": f"{os.environ.get('PATH', '')}:{bin_dir}",  # a user's own `pulumi` comes first
+        "PULUMI_HOME": str(home / "pulumi-home"),           # no plugins or credentials of the user's
+        "PULUMI_BACKEND_URL": f"file://{home / 'state'}",
+        "PULUMI_CONFIG_PASSPHRASE": passphrase,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "PULUMI_SKIP_CONFIRMATIONS": "true",
+        "KUBECONFIG": str(home / "kubeconfig"),
+    })
+    return env
+
+
+class Cluster:
+    """etcd + kube-apiserver + kube-controller-manager on loopback; `stop()` ends every process it started."""
+
+    def __init__(self, bin_dir: Path, work: Path):
+        self.bin, self.work = bin_dir, work
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.url = f"https://127.0.0.1:{API_PORT}"
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {TOKEN}"
+        self.session.verify = False
+
+    def _start(self, name: str, args: list[str]) -> None:
+        logf = open(self.work / f"{name}.log", "w")
+        proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append((name, proc))
+
+    def _alive(self) -> None:
+        for name, proc in self.procs:
+            if proc.poll() is not None:
+                tail = (self.work / f"{name}.log").read_text()[-3000:]
+                raise RuntimeError(f"{name} exited with status {proc.returncode}:\n{tail}")
+
+    def start(self) -> "Cluster":
+        w = self.work
+        for d in ("etcd", "certs"):
+            (w / d).mkdir(parents=True, exist_ok=True)
+        subprocess.run(["openssl", "genrsa", "-out", str(w / "sa.key"), "2048"], check=True, capture_output=True)
+        (w / "tokens.csv").write_text(f'{TOKEN},lane-admin,lane-admin,"system:masters"\n')
+        self.kubeconfig = w / "kubeconfig"
+        self.kubeconfig.write_text(self.kubeconfig_text())
+        log("starting etcd, kube-apiserver, kube-controller-manager on loopback")
+        self._start("etcd", [
+            str(self.bin / "etcd"), "--name", "lane", "--data-dir", str(w / "etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{ETCD_PORT}",
+            "--advertise-client-urls", f"http://127.0.0.1:{ETCD_PORT}",
+            "--listen-peer-urls", f"http://127.0.0.1:{ETCD_PEER_PORT}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{ETCD_PEER_PORT}",
+            "--initial-cluster", f"lane=http://127.0.0.1:{ETCD_PEER_PORT}",
+            "--unsafe-no-fsync", "--log-level", "warn"])
+        self._start("kube-apiserver", [
+            str(self.bin / "kube-apiserver"), "--etcd-servers", f"http://127.0.0.1:{ETCD_PORT}",
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(API_PORT),
+            "--cert-dir", str(w / "certs"), "--token-auth-file", str(w / "tokens.csv"),
+            "--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.96.0.0/16",
+            "--service-account-issuer", "https://kubernetes.default.svc",
+            "--service-account-key-file", str(w / "sa.key"), "--service-account-signing-key-file", str(w / "sa.key"),
+            "--enable-priority-and-fairness=false", "--profiling=false", "-v=1"])
+        self.wait_ready()
+        # Garbage collection (Pulumi deletes with foreground propagation: the GC removes the finalizer) and the
+        # namespace controller; nothing that would need nodes.
+        self._start("kube-controller-manager", [
+            str(self.bin / "kube-controller-manager"), "--kubeconfig", str(self.kubeconfig),
+            "--controllers", "garbagecollector,namespace", "--leader-elect=false", "--bind-address", "127.0.0.1",
+            "--secure-port", "10257", "-v=1"])
+        return self
+
+    def kubeconfig_text(self) -> str:
+        return yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "lane",
+            "clusters": [{"name": "lane", "cluster": {"server": self.url, "insecure-skip-tls-verify": True}}],
+            "users": [{"name": "lane-admin", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "lane", "context": {"cluster": "lane", "user": "lane-admin"}}]})
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            self._alive()
+            try:
+                if self.session.get(f"{self.url}/readyz", timeout=5).status_code == 200:
+                    log(f"API server ready: {self.version()['gitVersion']}")
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"API server not ready within {STARTUP_TIMEOUT_S}s (logs in {self.work})")
+
+    def stop(self) -> None:
+        for name, proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        self.procs.clear()
+
+    # ---------------------------------------------------------------- API
+    def version(self) -> dict:
+        return self.session.get(f"{self.url}/version", timeout=10).json()
+
+    def request(self, method: str, path: str, **kw) -> requests.Response:
+        return self.session.request(method, f"{self.url}{path}", timeout=30, **kw)
+
+    def install_crds(self, reference: Path) -> list[str]:
+        names = []
+        for sub in CRD_FILES:
+            for f in sorted((reference / sub).glob("*.yaml")):
+                for crd in yaml.safe_load_all(f.read_text()):
+                    if not crd:
+                        continue
+                    r = self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
+                    if r.status_code not in (201, 409):
+                        raise RuntimeError(f"CRD {f.name} refused: {r.status_code} {r.text[:500]}")
+                    names.append(crd["metadata"]["name"])
+        deadline = time.monotonic() + 60
+        for name in names:
+            while True:
+                crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}").json()
+                conds = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+                if conds.get("Established") == "True":
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"CRD {name} not established: {conds}")
+                time.sleep(0.5)
+        return names
+
+    def path_of(self, obj: dict, plural: str) -> str:
+        api = obj["apiVersion"]
+        base = f"/api/{api}" if "/" not in api else f"/apis/{api}"
+        ns = obj["metadata"].get("namespace")
+        return f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
+
+    def plural(self, api_version: str, kind: str) -> str:
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        for res in self.request("GET", base).json()["resources"]:
+            if res["kind"] == kind and "/" not in res["name"]:
+                return res["name"]
+        raise KeyError(f"{api_version} {kind} not served")
+
+    def get(self, obj: dict) -> Optional[dict]:
+        plural = self.plural(obj["apiVersion"], obj["kind"])
+        r = self.request("GET", f"{self.path_of(obj, plural)}/{obj['metadata']['name']}")
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        return r.json()
+
+    def set_status(self, obj: dict, status: dict) -> None:
+        """Stand in for the controller that would set `status` (no kubelet or operator runs here)."""
+        plural = self.plural(obj["apiVersion"], obj["kind"])
+        r = self.request("PATCH", f"{self.path_of(obj, plural)}/{obj['metadata']['name']}/status",
+                         data=json.dumps({"status": status}), headers={"Content-Type": "application/merge-patch+json"})
+        if r.status_code >= 300:
+            raise RuntimeError(f"status of {obj['kind']}/{obj['metadata']['name']}: {r.status_code} {r.text[:400]}")
+
+
+# Fields the API server or its controllers set; everything else must be what `kimi-k3 render` wrote.
+SERVER_METADATA = {"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
+                   "deletionTimestamp", "deletionGracePeriodSeconds", "finalizers"}
+
+
+def strip_server_fields(live: dict) -> dict:
+    out = {k: v for k, v in live.items() if k != "status"}
+    out["metadata"] = {k: v for k, v in live["metadata"].items() if k not in SERVER_METADATA}
+    return out
+
+
+def subset_diff(want: Any, got: Any, path: str = "") -> list[str]:
+    """Where `got` (live, with server defaults) does not contain `want` (rendered): missing or different values."""
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return [f"{path or '.'}: rendered {json.dumps(want)[:200]}, live {json.dumps(got)[:200]}"]
+        out = []
+        for k, v in want.items():
+            if k not in got:
+                out.append(f"{path}.{k}: rendered {json.dumps(v)[:200]}, live has no such field")
+            else:
+                out.extend(subset_diff(v, got[k], f"{path}.{k}"))
+        return out
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(want) != len(got):
+            return [f"{path}: rendered {json.dumps(want)[:300]}, live {json.dumps(got)[:300]}"]
+        return [d for i, (a, b) in enumerate(zip(want, got)) for d in subset_diff(a, b, f"{path}[{i}]")]
+    if want != got:
+        return [f"{path}: rendered {json.dumps(want)}, live {json.dumps(got)}"]
+    return []
+
+
+def extra_fields(want: Any, got: Any, path: str = "") -> Iterable[str]:
+    """Paths the live object has that the render does not (server defaults, or fields a mutation added)."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        for k, v in got.items():
+            if k not in want:
+                yield f"{path}.{k}"
+            else:
+                yield from extra_fields(want[k], v, f"{path}.{k}")
+    elif isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+        for i, (a, b) in enumerate(zip(want, got)):
+            yield from extra_fields(a, b, f"{path}[{i}]")
