@@ -19,6 +19,7 @@ import base64
 import json
 import os
 import secrets
+import signal
 import subprocess
 import threading
 import time
@@ -82,10 +83,22 @@ def world(tmp_path_factory):
 
 
 def pulumi(world, *args: str, check: bool = True, stack: str | None = None) -> subprocess.CompletedProcess:
-    cmd = ["pulumi", *args, "--non-interactive"] + (["--stack", stack] if stack else [])
+    cmd = ["pulumi", *args, "--non-interactive", "--color", "never"] + (["--stack", stack] if stack else [])
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=world["project"], env=world["env"], capture_output=True, text=True,
-                          timeout=COMMAND_TIMEOUT_S)
+    # Own process group: on a timeout the CLI, its language host, provider and policy pack all end with it.
+    child = subprocess.Popen(cmd, cwd=world["project"], env=world["env"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = child.communicate(timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        out, err = child.communicate()
+        raise AssertionError(f"{' '.join(cmd)} did not finish within {COMMAND_TIMEOUT_S}s\n{out[-4000:]}\n{err[-2000:]}")
+    try:  # anything the CLI left running (a plugin that outlived it) ends here too
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc = subprocess.CompletedProcess(cmd, child.returncode, out, err)
     lane.log(f"$ {' '.join(cmd)} -> {proc.returncode} ({time.monotonic() - start:.1f}s)")
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n"
@@ -188,7 +201,7 @@ def test_stack_under_the_engine(world, stack):
     # 1. preview with the policy pack: the engine starts the pack, every mandatory rule passes.
     t = time.monotonic()
     proc = pulumi(world, "preview", "--policy-pack", "policies", stack=stack)
-    assert "kimi-k3@v0.1.0" in proc.stdout, f"the policy pack did not run:\n{proc.stdout[-3000:]}"
+    assert "\u2705 kimi-k3@v0.1.0" in proc.stdout, f"the policy pack did not run, or failed:\n{proc.stdout[-3000:]}"
     evidence(stack, "1 preview --policy-pack", time.monotonic() - t, pack="kimi-k3@v0.1.0",
              creates=proc.stdout.count(" create "))
 
@@ -228,7 +241,7 @@ def test_stack_under_the_engine(world, stack):
 
     # 5a. a replica change is an update of the DynamoGraphDeployment, never a replacement.
     t = time.monotonic()
-    set_config_json(world, stack, "kimi-k3:serving.frontend.replicas", 2)
+    edit_config(world, stack, "kimi-k3:serving", ["frontend", "replicas"], 2)
     doc, proc = preview_steps(world, stack)
     steps = changed_steps(doc)
     ops = {s["urn"].split("::")[-1]: s["op"] for s in steps}
@@ -240,17 +253,17 @@ def test_stack_under_the_engine(world, stack):
              diff=sorted((dgd[0].get("detailedDiff") or {}).keys()))
     if stack == DIFF_STACK:
         offline_diff_agrees(world, stack, config, steps)
-    unset_config(world, stack, "kimi-k3:serving.frontend.replicas")
+    edit_config(world, stack, "kimi-k3:serving", ["frontend", "replicas"], remove=True)
 
     # 5b. a change that would replace the model cache is refused (protect), and nothing is touched.
     t = time.monotonic()
-    set_config_json(world, stack, "kimi-k3:storage.storageClass", "lane-rwx-other")
+    edit_config(world, stack, "kimi-k3:storage", ["storageClass"], "lane-rwx-other")
     doc, proc = preview_steps(world, stack, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "protect" in out, f"cache replacement was not refused:\n{out[-4000:]}"
     evidence(stack, "5b cache replacement refused", time.monotonic() - t,
              message=next((line.strip() for line in out.splitlines() if "protect" in line), "")[:300])
-    set_config_json(world, stack, "kimi-k3:storage.storageClass", "lane-rwx")
+    edit_config(world, stack, "kimi-k3:storage", ["storageClass"], "lane-rwx")
 
     # 6. destroy: everything but the protected, retained model cache (and its retained namespace) is deleted.
     t = time.monotonic()
@@ -270,15 +283,18 @@ def test_stack_under_the_engine(world, stack):
              left=sorted(left))
 
 
-def set_config_json(world, stack: str, key: str, value) -> None:
-    if isinstance(value, str):
-        pulumi(world, "config", "set", "--path", key, value, stack=stack)
+def edit_config(world, stack: str, key: str, path: list[str], value=None, remove: bool = False) -> None:
+    """Set (or remove) `key`'s nested `path` in the stack file, as `pulumi config set --path` would."""
+    file = world["project"] / f"Pulumi.{stack}.yaml"
+    doc = yaml.safe_load(file.read_text())
+    node = doc["config"].setdefault(key, {})
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    if remove:
+        node.pop(path[-1], None)
     else:
-        pulumi(world, "config", "set", "--path", "--json", key, json.dumps(value), stack=stack)
-
-
-def unset_config(world, stack: str, key: str) -> None:
-    pulumi(world, "config", "rm", "--path", key, stack=stack)
+        node[path[-1]] = value
+    file.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
 def offline_diff_agrees(world, stack: str, config: dict, steps: list[dict]) -> None:
@@ -324,6 +340,7 @@ def test_seeded_violation_blocks_preview(world):
     proc = pulumi(world, "preview", "--policy-pack", "policies", stack=stack, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, f"preview with a seeded violation passed:\n{out[-3000:]}"
-    assert "no-removed-flags" in out and "mandatory" in out, f"the block does not name the rule:\n{out[-3000:]}"
+    assert "\u274c kimi-k3@v0.1.0" in out and "no-removed-flags" in out and "mandatory" in out, \
+        f"the block does not name the rule:\n{out[-3000:]}"
     evidence(stack, "1 seeded violation blocks", time.monotonic() - t,
              line=next(line.strip() for line in out.splitlines() if "no-removed-flags" in line)[:300])
