@@ -75,6 +75,7 @@ class Cluster:
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {TOKEN}"
         self.session.verify = False
+        self.session.trust_env = False  # else REQUESTS_CA_BUNDLE / proxies from the environment override verify
 
     def _start(self, name: str, args: list[str]) -> None:
         logf = open(self.work / f"{name}.log", "w")
@@ -174,7 +175,7 @@ class Cluster:
         for name in names:
             while True:
                 crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}").json()
-                conds = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+                conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
                 if conds.get("Established") == "True":
                     break
                 if time.monotonic() > deadline:

@@ -19,8 +19,10 @@ import base64
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from datetime import datetime, timezone
@@ -46,7 +48,7 @@ def evidence(stack: str, step: str, seconds: float, **facts) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world():
     interfaces = lane.only_loopback()
     if interfaces != ["lo"]:
         pytest.skip(f"the lane runs only in a network namespace with loopback alone (make test-engine uses "
@@ -55,7 +57,8 @@ def world(tmp_path_factory):
         pytest.skip(f"upstream CRDs not found at {lane.SHARED_REFERENCE} (the Dynamo and DRA CRDs are installed "
                     f"from there; no chart can be fetched in this lane)")
     bin_dir = Path(os.environ["ENGINE_BIN"]) if os.environ.get("ENGINE_BIN") else lane.tool_dir()
-    work = tmp_path_factory.mktemp("engine-lane")
+    # Our own directory: pytest's shared basetemp is pruned by other pytest runs on the same machine.
+    work = Path(tempfile.mkdtemp(prefix="kimi-k3-engine-lane-"))
     cluster = lane.Cluster(bin_dir, work).start()
     try:
         version = cluster.version()
@@ -80,6 +83,9 @@ def world(tmp_path_factory):
         out = lane.ROOT / "build" / "engine-lane"
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps(REPORT, indent=2) + "\n")
+        for log in work.glob("*.log"):  # the servers' logs, for a failed run
+            shutil.copy(log, out / log.name)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def pulumi(world, *args: str, check: bool = True, stack: str | None = None) -> subprocess.CompletedProcess:
