@@ -51,6 +51,7 @@ def tool_dir() -> Path:
 
 
 def tool_env(bin_dir: Path, home: Path, passphrase: str) -> dict[str, str]:
+    (home / "state").mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
     env.update({
         "PATH": f"{os.environ.get('PATH', '')}:{bin_dir}",  # a user's own `pulumi` comes first
