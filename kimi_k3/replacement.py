@@ -23,7 +23,8 @@ consumers, read from their source (commits named so a newer release can be re-ch
 
 A URN that changes (Pulumi name, parent, or type token, which for Kubernetes carries apiVersion and kind) is a
 delete of the old URN and a create of the new one. When both name the same Kubernetes object, the create fails
-with "already exists" (pulumi-kubernetes await.go) and the old one is deleted afterwards: `moved` marks that.
+with "already exists" (pulumi-kubernetes await.go), or, with the provider's upsertExistingObjects, adopts the live
+object, which the delete of the old URN then removes: `moved` marks both.
 """
 from __future__ import annotations
 
@@ -569,8 +570,12 @@ def classify(base: Iterable[Mapping[str, Any]], head: Iterable[Mapping[str, Any]
         if new is not None:
             other = old_ids.get(ident) if ident else None
             moved = other if other and other not in new_by_urn else None
-            reasons = (f"new URN for an object the old URN {other} still holds: the create fails with "
-                       "'already exists' unless the resource keeps its URN (an alias)",) if moved else ()
+            upsert = _truthy(((new_by_urn.get(r.get("provider") or "") or {}).get("inputs") or {})
+                             .get("upsertExistingObjects"))
+            reasons = ((f"new URN for an object the old URN {other} still holds: " + (
+                "with upsertExistingObjects the create adopts the live object, then deleting the old URN deletes it"
+                if upsert else "the create fails with 'already exists'") + "; keep the URN (or add an alias)",)
+                if moved else ())
             out.append(Classification(urn, r["type"], r.get("name", ""), CREATE, reasons=reasons, moved=moved,
                                       identity=ident))
         else:

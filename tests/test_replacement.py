@@ -340,3 +340,13 @@ def test_eks_cluster_version_and_subnets_update_role_replaces():
     assert one([base], [aws(eks, roleArn="arn:r1", version="1.35", vpcConfig={"subnetIds": ["a", "c"]})]).action == R.UPDATE
     c = one([base], [aws(eks, roleArn="arn:r2", version="1.34", vpcConfig={"subnetIds": ["a", "b"]})])
     assert c.action == R.REPLACE and c.replace_paths == ("roleArn",) and c.certain
+
+
+def test_a_moved_object_under_upsert_is_deleted_after_adoption():
+    old = k8s("DynamoGraphDeployment", "kimi-k3", {"x": 1}, api=DGD_API, urn_name="serving-deployment")
+    new = k8s("DynamoGraphDeployment", "kimi-k3", {"x": 1}, api=DGD_API, urn_name="graph")
+    p = provider(upsertExistingObjects="true")
+    create = next(c for c in R.classify([p, old], [p, new]) if c.action == R.CREATE)
+    assert "adopts the live object" in create.reasons[0]
+    create = next(c for c in R.classify([provider(), old], [provider(), new]) if c.action == R.CREATE)
+    assert "already exists" in create.reasons[0]
