@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -185,4 +186,18 @@ def test_interrupt_stops_everything(tmp_path, sig):
     assert proc.returncode == 130, "".join(seen) + rest
     assert "interrupted" in rest and "stopped" in rest
     assert json.loads((out / "report.json").read_text())["failure"] == "interrupted"
+    assert_nothing_left(out)
+
+
+def test_host_network_fallback_serves_on_loopback(tmp_path):
+    """Where no private network namespace can be made, the same run uses the host's loopback addresses."""
+    out = tmp_path / "host"
+    result = rehearse(out, "gb200", "--host-network", "--no-load", timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["network"] == "host loopback" and report["smoke"]["passed"]
+    # every address the runtime says it serves on or advertises (its own log lines), across all processes
+    logs = re.sub(r"\x1b\[[0-9;]*m", "", "".join(p.read_text(errors="replace") for p in (out / "logs").iterdir()))
+    addresses = re.findall(r"shared TCP server on ([0-9.]+):", logs) + re.findall(r"public_endpoint=tcp://([0-9.]+):", logs)
+    assert addresses and set(addresses) == {"127.0.0.1"}, addresses
     assert_nothing_left(out)
