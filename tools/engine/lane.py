@@ -116,10 +116,10 @@ class Cluster:
             "--enable-priority-and-fairness=false", "--profiling=false", "-v=1"])
         self.wait_ready()
         # Garbage collection (Pulumi deletes with foreground propagation: the GC removes the finalizer) and the
-        # namespace controller; nothing that would need nodes.
+        # namespace and DaemonSet controllers (with no nodes a DaemonSet is complete at 0 pods); no Job controller.
         self._start("kube-controller-manager", [
             str(self.bin / "kube-controller-manager"), "--kubeconfig", str(self.kubeconfig),
-            "--controllers", "garbagecollector,namespace", "--leader-elect=false", "--bind-address", "127.0.0.1",
+            "--controllers", "garbagecollector,namespace,daemonset", "--leader-elect=false", "--bind-address", "127.0.0.1",
             "--secure-port", "10257", "-v=1"])
         return self
 
@@ -183,6 +183,15 @@ class Cluster:
                     raise RuntimeError(f"CRD {name} not established: {conds}")
                 time.sleep(0.5)
         return names
+
+    def add_storage_class(self, name: str) -> None:
+        """A ReadWriteMany class as an existing cluster would have; WaitForFirstConsumer, as no pod ever consumes the
+        claim here (pulumi-kubernetes waits for an Immediate claim to be Bound, which needs a provisioner)."""
+        sc = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+              "provisioner": "lane.kimi-k3.local/none", "volumeBindingMode": "WaitForFirstConsumer"}
+        r = self.request("POST", "/apis/storage.k8s.io/v1/storageclasses", json=sc)
+        if r.status_code not in (201, 409):
+            raise RuntimeError(f"StorageClass {name}: {r.status_code} {r.text[:300]}")
 
     def path_of(self, obj: dict, plural: str) -> str:
         api = obj["apiVersion"]

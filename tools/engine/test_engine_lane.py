@@ -56,6 +56,8 @@ def world():
     if not lane.SHARED_REFERENCE.is_dir():
         pytest.skip(f"upstream CRDs not found at {lane.SHARED_REFERENCE} (the Dynamo and DRA CRDs are installed "
                     f"from there; no chart can be fetched in this lane)")
+    # A SIGTERM (timeout, CI) unwinds like Ctrl-C, so the servers below are stopped by the finally clause.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt("SIGTERM")))
     bin_dir = Path(os.environ["ENGINE_BIN"]) if os.environ.get("ENGINE_BIN") else lane.tool_dir()
     # Our own directory: pytest's shared basetemp is pruned by other pytest runs on the same machine.
     work = Path(tempfile.mkdtemp(prefix="kimi-k3-engine-lane-"))
@@ -63,6 +65,8 @@ def world():
     try:
         version = cluster.version()
         crds = cluster.install_crds(lane.SHARED_REFERENCE)
+        for name in ("lane-rwx", "lane-rwx-other"):
+            cluster.add_storage_class(name)
         REPORT["apiserver"] = version["gitVersion"]
         REPORT["crds"] = crds
         project = work / "project"
@@ -105,7 +109,9 @@ def pulumi(world, *args: str, check: bool = True, stack: str | None = None) -> s
     except ProcessLookupError:
         pass
     proc = subprocess.CompletedProcess(cmd, child.returncode, out, err)
-    lane.log(f"$ {' '.join(cmd)} -> {proc.returncode} ({time.monotonic() - start:.1f}s)")
+    shown = [("[secret]" if i and cmd[i - 1].startswith("kimi-k3:") and "--secret" in cmd else a)
+             for i, a in enumerate(cmd)]
+    lane.log(f"$ {' '.join(shown)} -> {proc.returncode} ({time.monotonic() - start:.1f}s)")
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n"
                              f"--- stderr\n{proc.stderr[-3000:]}")
