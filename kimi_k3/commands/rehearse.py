@@ -189,11 +189,12 @@ def wait_ready(plan: rehearsal.Rehearsal, procs: Processes, discovery: Path, tim
                 served = False
             if served:
                 say(f"[{elapsed:5.1f}s] frontend lists {plan.served_model_name}")
-        if served and all(registered.get(c, 0) >= n for c, n in want.items()):
+        ready = served and all(registered.get(c, 0) >= n for c, n in want.items())
+        if ready and time.monotonic() - started <= timeout:  # ready when seen, within the budget
             return registered
-        if elapsed > timeout:
+        if ready or elapsed > timeout:
             missing = {c: f"{registered.get(c, 0)}/{n}" for c, n in want.items() if registered.get(c, 0) < n}
-            raise RehearsalFailed(f"graph not ready after {timeout:.0f}s: registered {missing or registered}, "
+            raise RehearsalFailed(f"graph not ready after {timeout:g} s: registered {missing or registered}, "
                                   f"frontend {'lists' if served else 'does not list'} {plan.served_model_name}; "
                                   f"logs in {procs.logs}")
         time.sleep(0.5)
