@@ -158,8 +158,5 @@ test-engine: venv  ## the real Pulumi engine against a local API server (network
 	@bin=$$(tools/engine/build.sh $(ENGINE_TOOLS)) && \
 	  ENGINE_BIN=$$bin unshare --net -- sh -c 'ip link set lo up && exec $(BIN)/pytest -p no:cacheprovider -q -rs tools/engine'
 
-clean:
-	rm -rf build rendered .pytest_cache
-
 clean:  ## remove build output and .venv (the next make rebuilds it); keeps .pulumi-state and .pulumi-user
 	rm -rf build rendered .pytest_cache $(VENV)

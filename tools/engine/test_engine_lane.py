@@ -7,7 +7,7 @@ For each stack, in existing-cluster mode against the local API server (tools/eng
   4. a second preview shows no changes;
   5. a replica change previews as an update of the DynamoGraphDeployment; a change that would replace the model
      cache is refused;
-  6. `pulumi destroy` keeps the model cache (README: protect + retainOnDelete) and deletes the rest.
+  6. `pulumi destroy` keeps the model cache (README: the claim is retainOnDelete) and deletes the rest.
 Plus: `kimi-k3 diff` (offline, the PR workflow's) and `pulumi preview --diff` agree on one change.
 
 No kubelet or operator runs: the harness sets the status a controller would (download Job Complete, graph Ready)
@@ -23,6 +23,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -272,17 +273,26 @@ def test_stack_under_the_engine(world, stack):
         offline_diff_agrees(world, stack, config, steps)
     edit_config(world, stack, "kimi-k3:serving", ["frontend", "replicas"], remove=True)
 
-    # 5b. a change that would replace the model cache is refused (protect), and nothing is touched.
+    # 5b. a change that would replace the model cache is refused before `up` changes anything: the claim is
+    # retainOnDelete (not protect, so teardown works), and the refusal is `make up`'s guard: `kimi-k3 check STACK
+    # --against` the exported state, rule model-cache-kept. The real preview must not pass either.
     t = time.monotonic()
     edit_config(world, stack, "kimi-k3:storage", ["storageClass"], "lane-rwx-other")
     doc, proc = preview_steps(world, stack, check=False)
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "protect" in out, f"cache replacement was not refused:\n{out[-4000:]}"
+    assert proc.returncode != 0, f"preview of a cache replacement passed:\n{out[-4000:]}"
+    state = world["project"] / f".state-{stack}.json"
+    pulumi(world, "stack", "export", "--file", str(state), stack=stack)
+    guard = subprocess.run([sys.executable, "-m", "kimi_k3", "check", stack, "--against", str(state)],
+                           cwd=world["project"], env=world["env"], capture_output=True, text=True, timeout=300)
+    said = guard.stdout + guard.stderr
+    assert guard.returncode != 0 and "model-cache-kept" in said, f"guard did not refuse the cache replacement:\n{said}"
     evidence(stack, "5b cache replacement refused", time.monotonic() - t,
-             message=next((line.strip() for line in out.splitlines() if "protect" in line), "")[:300])
+             preview=next((line.strip() for line in out.splitlines() if "immutable" in line or "error" in line), "")[:300],
+             guard=next((line.strip() for line in said.splitlines() if "model-cache-kept" in line), "")[:300])
     edit_config(world, stack, "kimi-k3:storage", ["storageClass"], "lane-rwx")
 
-    # 6. destroy: everything but the protected, retained model cache (and its retained namespace) is deleted.
+    # 6. destroy: everything but the retained model cache claim (and its retained namespace) is deleted.
     t = time.monotonic()
     plain = pulumi(world, "destroy", "--yes", stack=stack, check=False)
     still = [f"{o['kind']}/{o['metadata']['name']}" for o in rendered if cluster.get(o) is not None]
