@@ -323,12 +323,26 @@ def _frontend_component(graph: ServingGraph) -> Obj:
     return component
 
 
-def _worker_component(graph: ServingGraph, role: Role) -> Obj:
+def _gpu_group_placement(graph: ServingGraph, role: Role, group_labels: dict[str, str]) -> Obj:
+    """Where one TP group of `role` runs: its GPU product and CPU architecture, one NVLink clique for the pods carrying
+    `group_labels`, the GPU taint tolerated, the role's ComputeDomain channel. Workers and their fabric preflight
+    share it, so the preflight tests the placement the workers get."""
     gpu_affinity = {"nodeSelectorTerms": [{"matchExpressions": [
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": [graph.platform.gpu_product_label]},
         _arch_requirement([kube_arch(graph.platform.arch)])]}]}
     # Nothing in the scheduler keeps a TP group inside one NVLink domain: require a shared clique.
-    same_clique = [{"labelSelector": {"matchLabels": {NVLINK_GROUP_LABEL: role.nvlink_group}}, "topologyKey": CLIQUE_KEY}]
+    same_clique = [{"labelSelector": {"matchLabels": group_labels}, "topologyKey": CLIQUE_KEY}]
+    return {
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": gpu_affinity},
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": same_clique},
+        },
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "resourceClaims": [{"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_template_name(graph, role)}],
+    }
+
+
+def _worker_component(graph: ServingGraph, role: Role) -> Obj:
     container = {
         "name": "main", "image": graph.image,
         "command": ["python3", "-m", "dynamo.vllm"], "args": list(role.args), "env": _env(role.env),
@@ -357,13 +371,7 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
         "podTemplate": {
             "metadata": pod_meta,
             "spec": {
-                "affinity": {
-                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": gpu_affinity},
-                    "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": same_clique},
-                },
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                "resourceClaims": [{"name": CHANNEL_CLAIM,
-                                    "resourceClaimTemplateName": channel_template_name(graph, role)}],
+                **_gpu_group_placement(graph, role, {NVLINK_GROUP_LABEL: role.nvlink_group}),
                 "terminationGracePeriodSeconds": 60,
                 "volumes": [{"name": CACHE_VOLUME, "persistentVolumeClaim": {
                     "claimName": NAMES["pvc"], "readOnly": True}}]
@@ -421,10 +429,6 @@ def preflight_job(graph: ServingGraph, role: Role, min_bus_bandwidth_gbps: float
     """One pod per node of one TP group of `role`, placed as the role's workers are (same GPUs, same clique
     pinning, same ComputeDomain channel), running kimi_k3/fabric_preflight.py. The graph waits for it."""
     name = preflight_name(graph, role)
-    gpu_affinity = {"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": "nvidia.com/gpu.product", "operator": "In", "values": [graph.platform.gpu_product_label]},
-        _arch_requirement([kube_arch(graph.platform.arch)])]}]}
-    same_clique = [{"labelSelector": {"matchLabels": {PREFLIGHT_LABEL: name}}, "topologyKey": CLIQUE_KEY}]
     env = _env([("NNODES", str(role.nodes_per_replica)), ("GPUS_PER_NODE", str(role.gpus_per_node)),
                 ("MASTER_ADDR", f"{name}-0.{name}"), ("MASTER_PORT", str(PREFLIGHT_PORT)),
                 ("MIN_BUS_BANDWIDTH_GBPS", f"{min_bus_bandwidth_gbps:g}"),
@@ -454,13 +458,7 @@ def preflight_job(graph: ServingGraph, role: Role, min_bus_bandwidth_gbps: float
                 "spec": {
                     "restartPolicy": "Never", "subdomain": name,
                     "hostPID": True,  # to see a host-started nvidia-imex (step 1); no privilege beyond that
-                    "affinity": {
-                        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": gpu_affinity},
-                        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": same_clique},
-                    },
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                    "resourceClaims": [{"name": CHANNEL_CLAIM,
-                                        "resourceClaimTemplateName": channel_template_name(graph, role)}],
+                    **_gpu_group_placement(graph, role, {PREFLIGHT_LABEL: name}),
                     "containers": [container],
                     "volumes": [{"name": "scripts", "configMap": {"name": f"{graph.name}-preflight-script"}},
                                 {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}],
