@@ -70,13 +70,18 @@ for t in "${tools[@]}"; do
       log "Python language host (tools/engine/pulumi/cmd/pulumi-language-python on sdk/v3 $PULUMI_VERSION)"
       gobuild pulumi "$OUT/pulumi-language-python" ./cmd/pulumi-language-python \
         "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION"
-      sdkdir="$(cd "$HERE/pulumi" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
+      sdkdir="$(cd "$HERE/pulumi" && go mod download github.com/pulumi/pulumi/sdk/v3 &&
+                go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
+      [ -n "$sdkdir" ] || { log "FAILED: no module directory for pulumi/sdk/v3"; exit 1; }
       install -m 0755 "$sdkdir/python/cmd/pulumi-language-python-exec" "$OUT/pulumi-language-python-exec"
     fi ;;
   provider)
     if [ ! -x "$OUT/pulumi-resource-kubernetes" ]; then
       log "Kubernetes provider $K8S_PROVIDER_VERSION ($K8S_PROVIDER_MODULE_VERSION)"
-      moddir="$(cd "$HERE/provider-kubernetes" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)"
+      # go list -m prints no Dir for a module not yet in the module cache (a cold machine): download it first.
+      moddir="$(cd "$HERE/provider-kubernetes" && go mod download github.com/pulumi/pulumi-kubernetes/provider/v4 &&
+                go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)"
+      [ -n "$moddir" ] || { log "FAILED: no module directory for pulumi-kubernetes/provider/v4"; exit 1; }
       (cd "$HERE/provider-kubernetes" && go run ./cmd/gen-embed "$moddir" cmd/pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION")
       gobuild provider-kubernetes "$OUT/pulumi-resource-kubernetes" ./cmd/pulumi-resource-kubernetes \
         "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$K8S_PROVIDER_VERSION"
