@@ -549,6 +549,12 @@ def role_flag(role: "Role", flag: str, default: Optional[str] = None) -> Optiona
     return value
 
 
+def role_prefix_caching(role: "Role") -> bool:
+    """Whether a role's vLLM caches prefixes: the last of the two flags wins; neither = vLLM V1's default, on."""
+    flags = [a for a in role.args if a in ("--enable-prefix-caching", "--no-enable-prefix-caching")]
+    return not flags or flags[-1] == "--enable-prefix-caching"
+
+
 def cache_size_gi(cfg: StackConfig, checkpoint_bytes: int) -> int:
     """PVC size: configured, or the checkpoint plus headroom, rounded up to whole GiB."""
     if cfg.storage.size_gi is not None:

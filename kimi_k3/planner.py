@@ -5,7 +5,10 @@ Memory follows vLLM's own accounting for hybrid (MLA + KDA) models:
 - MLA latent KV (kv_lora_rank + qk_rope_head_dim per token per MLA layer) is not split by TP, only by DCP;
 - KDA conv + recurrent state per request is split by TP heads; speculative tokens add conv rows and state slots;
 - the KV pool is HBM x gpu-memory-utilization minus weights and an activation reserve; vLLM pads every KDA
-  state page to one attention page, groups layers, and counts blocks the way its startup log reports them.
+  state page to one attention page, groups layers, and counts blocks the way its startup log reports them;
+- with prefix caching (vLLM's mamba_cache_mode "align") the block aligns to 128 tokens and each KDA group keeps
+  2 + speculative state blocks per request instead of 1 + speculative; "GPU KV cache size" is
+  max_concurrency x max_model_len (vLLM #50055's DCP figures are reproduced this way: tests/test_perf.py).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class ModelFacts:
     kda_conv_state_bytes: int
     kda_recurrent_state_bytes: int
     mla_block_alignment: int
+    mla_block_alignment_prefix_caching: int
     activation_reserve_gib: float
     load_format_reads: dict[str, str]    # vLLM --load-format -> group_share | whole (recipes/model.yaml)
 
@@ -118,6 +122,7 @@ class RoleSpec:
     spec_tokens: int = 0
     dcp: int = 1
     load_format: str = "auto"     # vLLM --load-format: how much of the checkpoint each pod reads
+    prefix_caching: bool = False  # vLLM --enable-prefix-caching: KDA state in mamba_cache_mode "align"
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,7 @@ class RolePlan:
     num_blocks: int
     request_bytes_at_max_len: int
     load_seconds: dict[str, float] = field(default_factory=dict)
+    prefix_caching: bool = False
 
     @property
     def fits(self) -> bool:
@@ -151,10 +157,17 @@ class RolePlan:
     def fit_margin_gib(self) -> float:
         return (self.pool_bytes - self.request_bytes_at_max_len) / GIB
 
+    @property
+    def kda_blocks_per_request(self) -> int:
+        # vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes: (2 + spec) pages in "align" mode
+        # (prefix caching), (1 + spec) in "none"; one such set per KDA group.
+        return self.kda_groups * ((2 if self.prefix_caching else 1) + self.spec_tokens)
+
     def blocks_per_request(self, context: int) -> int:
-        # vLLM: one block per block_size*dcp tokens in the attention group, (1 + spec) state pages per KDA group.
-        return (self.attention_groups * math.ceil(context / (self.block_size * self.dcp))
-                + self.kda_groups * (1 + self.spec_tokens))
+        # vllm/v1/core/kv_cache_utils.py get_max_concurrency_for_kv_cache_config: the sum over groups of each
+        # group's pages; FullAttentionSpec.max_memory_usage_bytes: a DCP rank holds cdiv(len, dcp) tokens.
+        return (self.attention_groups * math.ceil(math.ceil(context / self.dcp) / self.block_size)
+                + self.kda_blocks_per_request)
 
     def vllm_max_concurrency(self, context: int) -> float:
         """vLLM's 'Maximum concurrency for N tokens per request: X' figure."""
@@ -165,13 +178,15 @@ class RolePlan:
 
     @property
     def vllm_kv_cache_tokens(self) -> int:
-        """vLLM's 'GPU KV cache size: N tokens' log line (blocks split evenly across all cache groups)."""
-        return self.num_blocks // (self.attention_groups + self.kda_groups) * self.block_size * self.dcp
+        """vLLM's 'GPU KV cache size: N tokens' log line."""
+        # vllm/v1/core/kv_cache_utils.py _report_kv_cache_config (K3-era): int(max_concurrency x max_model_len);
+        # older vLLM logged num_blocks // groups x block x dcp (vllm#40691; test_planner.py's Kimi Linear log).
+        return int(self.vllm_max_concurrency(self.max_model_len) * self.max_model_len)
 
     @property
     def single_request_tokens(self) -> int:
         """The longest context one request could hold if it had the whole pool."""
-        spare = self.num_blocks - self.kda_groups * (1 + self.spec_tokens)
+        spare = self.num_blocks - self.kda_blocks_per_request
         return max(0, spare // self.attention_groups) * self.block_size * self.dcp
 
     def contexts(self) -> list[int]:
@@ -185,6 +200,7 @@ class RolePlan:
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "kv_cache_dtype": self.kv_cache_dtype,
             "spec_tokens": self.spec_tokens,
+            "prefix_caching": self.prefix_caching,
             "max_model_len": self.max_model_len,
             "weights_gb_per_gpu": round(self.weights_bytes_per_gpu / GB, 3),
             "activation_reserve_gib": round(self.reserve_bytes / GIB, 3),
@@ -288,7 +304,9 @@ def load_model_facts() -> ModelFacts:
         vision=dict(data["vision"]), routed_expert_bits=q["routed_expert_bits_per_param"],
         other_bits=q["other_bits_per_param"], kv_dtype_bytes=dict(kv["dtype_bytes"]),
         kda_conv_state_bytes=kv["kda_conv_state_bytes"], kda_recurrent_state_bytes=kv["kda_recurrent_state_bytes"],
-        mla_block_alignment=kv["mla_block_alignment_tokens"], activation_reserve_gib=rt["activation_reserve_gib"],
+        mla_block_alignment=kv["mla_block_alignment_tokens"],
+        mla_block_alignment_prefix_caching=kv["mla_block_alignment_tokens_prefix_caching"],
+        activation_reserve_gib=rt["activation_reserve_gib"],
         load_format_reads=dict(rt["load_format_reads"]),
     )
 
@@ -398,9 +416,9 @@ def kda_state_page_bytes(m: ModelFacts, tp: int, spec_tokens: int = 0) -> int:
     return conv + recurrent
 
 
-def state_bytes_per_request(m: ModelFacts, tp: int, spec_tokens: int = 0) -> int:
-    # vLLM keeps 1 + num_speculative_tokens state slots per KDA layer for each running request.
-    return len(m.kda_layers) * (1 + spec_tokens) * kda_state_page_bytes(m, tp, spec_tokens)
+def state_bytes_per_request(m: ModelFacts, tp: int, spec_tokens: int = 0, prefix_caching: bool = False) -> int:
+    # vLLM keeps 1 + num_speculative_tokens state slots per KDA layer for each running request, one more in "align".
+    return len(m.kda_layers) * ((2 if prefix_caching else 1) + spec_tokens) * kda_state_page_bytes(m, tp, spec_tokens)
 
 
 def _group_layout(n_attention: int, n_kda: int) -> tuple[int, int, int]:
@@ -429,6 +447,7 @@ def _validate(m: ModelFacts, platforms: dict[str, Platform], gpu: str, tp: int, 
 def plan_role(gpu: str, tp: int, *, dcp: int = 1, gpu_memory_utilization: float = 0.9,
               kv_cache_dtype: str = "fp8", spec_tokens: int = 0, max_model_len: int = 1048576,
               kv_budget_gib: float | None = None, activation_reserve_gib: float | None = None,
+              prefix_caching: bool = False,
               facts: ModelFacts | None = None, platforms: dict[str, Platform] | None = None) -> RolePlan:
     """Memory plan of one vLLM worker (one TP group). `fits`: weights + reserve + one max_model_len request fit."""
     m = facts or load_model_facts()
@@ -440,24 +459,25 @@ def plan_role(gpu: str, tp: int, *, dcp: int = 1, gpu_memory_utilization: float 
         pool = plats[gpu].hbm_gb * GB * gpu_memory_utilization - weights - reserve
     else:
         pool = kv_budget_gib * GIB
-    # vLLM sizes the attention block so one attention page holds at least one (padded) KDA state page.
+    # vllm/platforms/interface.py _align_hybrid_block_size: the smallest multiple of the kernel alignment whose
+    # MLA page holds one KDA state page (which is then padded to it); the DCP rank's page is the same size.
     attn_page_per_token = (m.kv_lora_rank + m.qk_rope_head_dim) * m.kv_dtype_bytes[kv_cache_dtype]
-    align = m.mla_block_alignment
+    align = m.mla_block_alignment_prefix_caching if prefix_caching else m.mla_block_alignment
     block = align * math.ceil(kda_state_page_bytes(m, tp, spec_tokens) / (align * attn_page_per_token))
     page = block * attn_page_per_token
     size, attn_groups, kda_groups = _group_layout(len(m.mla_layers), len(m.kda_layers))
+    # vllm/v1/core/kv_cache_utils.py get_num_blocks: available // page // layers per group.
     num_blocks = max(0, int(pool // (size * page)))
-    per_request_blocks = (attn_groups * math.ceil(max_model_len / (block * dcp))
-                          + kda_groups * (1 + spec_tokens))
-    return RolePlan(
+    plan = RolePlan(
         gpu=gpu, tp=tp, dcp=dcp, gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
         spec_tokens=spec_tokens, max_model_len=max_model_len, weights_bytes_per_gpu=weights,
         reserve_bytes=reserve, kv_bytes_per_token=kv_bytes_per_token(m, kv_cache_dtype, dcp),
-        state_bytes_per_request=state_bytes_per_request(m, tp, spec_tokens), pool_bytes=pool,
+        state_bytes_per_request=state_bytes_per_request(m, tp, spec_tokens, prefix_caching), pool_bytes=pool,
         block_size=block, page_bytes=page, group_size=size, attention_groups=attn_groups,
-        kda_groups=kda_groups, num_blocks=num_blocks,
-        request_bytes_at_max_len=per_request_blocks * size * page,
+        kda_groups=kda_groups, num_blocks=num_blocks, request_bytes_at_max_len=0, prefix_caching=prefix_caching,
     )
+    # vllm/v1/core/kv_cache_utils.py _max_memory_usage_bytes_from_groups: layers per group x page x pages.
+    return replace(plan, request_bytes_at_max_len=plan.blocks_per_request(max_model_len) * size * page)
 
 
 def load_seconds(bytes_per_pod: int, pods: int, backend: StorageBackend, link_gbps: float | None = None) -> float:
@@ -508,7 +528,7 @@ def plan_stack(roles: Iterable[RoleSpec], pricing: Pricing | None,
     for s, p in shaped:
         plan = plan_role(s.gpu, s.tp, dcp=s.dcp, gpu_memory_utilization=s.gpu_memory_utilization,
                          kv_cache_dtype=s.kv_cache_dtype, spec_tokens=s.spec_tokens,
-                         max_model_len=s.max_model_len, facts=m, platforms=plats)
+                         max_model_len=s.max_model_len, prefix_caching=s.prefix_caching, facts=m, platforms=plats)
         read = bytes_per_pod(m, s.tp, p.gpus_per_node, s.load_format)
         times = {name: load_seconds(read, total_pods if b.shared else 1, b) for name, b in backends.items()}
         plan = replace(plan, load_seconds=times)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
-from .graph import Role, ServingGraph
+from .graph import Role, ServingGraph, role_prefix_caching
 from .planner import RolePlan, plan_role
 
 LOOPBACK = "127.0.0.1"
@@ -161,8 +161,9 @@ def loopback_env(discovery_dir: str) -> dict[str, str]:
 
 def role_kv_plans(graph: ServingGraph) -> dict[str, RolePlan]:
     """Each role's memory plan, as `kimi-k3 plan STACK` computes it (planner.plan_role with the role's facts)."""
-    return {r.key: plan_role(graph.platform.name, r.tp, gpu_memory_utilization=r.gpu_memory_utilization,
-                             kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len) for r in graph.roles}
+    return {r.key: plan_role(graph.platform.name, r.tp, dcp=r.dcp, gpu_memory_utilization=r.gpu_memory_utilization,
+                             kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len,
+                             prefix_caching=role_prefix_caching(r)) for r in graph.roles}
 
 
 def perf_profile(graph: ServingGraph) -> dict[str, Any]:

@@ -192,19 +192,39 @@ def test_sla_impossible_says_none(capsys):
 # ---------------------------------------------------------------- DCP
 
 
-def test_tp8_capacity_against_vllm_kimi_k3_dcp_pr():
-    # vllm-project/vllm#50055 ([Kimi-K3] DCP support, TP8): "HBM KV capacity per GPU: TP8: 1.933M tokens /
-    # 25.12 GiB". That is the longest single request with 3 speculative tokens per step (1,932,736).
-    tp8 = planner.plan_role("gb300", 8, kv_budget_gib=25.12, spec_tokens=3)
-    assert tp8.single_request_tokens == pytest.approx(1.933e6, rel=0.0005)
+# vllm-project/vllm#50055 ([Kimi-K3] DCP support, 8x GB300, the vLLM Kimi-K3 recipe's Blackwell profile:
+# --max-model-len 1048576 --kv-cache-dtype fp8 --enable-prefix-caching): "HBM KV capacity per GPU:
+# TP8: 1.933M tokens / 25.12 GiB; DCP8: 19.752M tokens / 34.28 GiB", i.e. vLLM's "GPU KV cache size" line.
+@pytest.mark.parametrize("dcp, gib, logged", [(1, 25.12, 1_933_000), (8, 34.28, 19_752_000)])
+def test_kv_cache_size_against_vllm_kimi_k3_dcp_pr(dcp, gib, logged):
+    plan = planner.plan_role("gb300", 8, dcp=dcp, kv_budget_gib=gib, prefix_caching=True)
+    assert round(plan.vllm_kv_cache_tokens, -3) == logged
 
 
-@pytest.mark.xfail(strict=True, reason="known gap, see README 'DCP capacity': the planner's DCP8 capacity is 7.6% "
-                   "above vLLM #50055's 19.752M tokens for 34.28 GiB; the mechanism is not found yet")
-def test_dcp8_capacity_against_vllm_kimi_k3_dcp_pr():
-    # Same PR: "DCP8: 19.752M tokens / 34.28 GiB" (no speculation under DCP: recipes/dcp.yaml).
-    dcp8 = planner.plan_role("gb300", 8, dcp=8, kv_budget_gib=34.28)
-    assert dcp8.single_request_tokens == pytest.approx(19.752e6, rel=0.01)
+def test_dcp8_kv_cache_size_by_vllms_accounting():
+    # The same DCP8 figure by hand, step by step, from vLLM's rules (not from the planner):
+    kda_page = 3 * 96 * 128 // 8 * 3 * 2 + 96 // 8 * 128 * 128 * 4   # KDA conv + recurrent state at TP8: 814,080 B
+    block = 128 * -(-kda_page // (128 * 576))                          # align mode: 1536 tokens (vllm#50235's log)
+    blocks = int(34.28 * 2**30) // (block * 576) // 24                 # 24 layers per group share a block: 1733
+    per_request = -(-(1048576 // 8) // block) + 3 * 2                  # cdiv(len / dcp, block) + 3 KDA groups x 2
+    assert (block, blocks, per_request) == (1536, 1733, 92)
+    plan = planner.plan_role("gb300", 8, dcp=8, kv_budget_gib=34.28, prefix_caching=True)
+    assert (plan.block_size, plan.num_blocks, plan.blocks_per_request(1048576)) == (block, blocks, per_request)
+    assert plan.vllm_kv_cache_tokens == int(blocks / per_request * 1048576) == 19_751_980
+    # Without align mode (no prefix caching) the same memory logs 20.39M: the 64-token block and 1 + 0 state blocks.
+    assert round(planner.plan_role("gb300", 8, dcp=8, kv_budget_gib=34.28).vllm_kv_cache_tokens, -4) == 20_390_000
+
+
+def test_prefix_caching_block_is_1536_at_tp8_and_follows_the_stacks_flags():
+    # vllm-project/vllm#50235 (Kimi-K3, TP8, fp8 KV, prefix caching): "Setting attention block size to 1536 tokens".
+    assert planner.plan_role("gb300", 8, prefix_caching=True).block_size == 1536
+    from kimi_k3.commands.plan import stack_plan
+    for name in ("gb300", "gb300-disagg"):  # every stack's recipe passes --enable-prefix-caching
+        assert all(r.plan.prefix_caching and r.plan.block_size == 1536 for r in stack_plan(name).roles)
+    off = _graph({"kimi-k3:serving": {"roles": {"decode": {"extraArgs": {"--enable-prefix-caching": None,
+                                                                         "--no-enable-prefix-caching": True}}}}})
+    from kimi_k3.graph import role_prefix_caching
+    assert not role_prefix_caching(next(r for r in off.roles if r.key == "decode"))
 
 
 def _graph(overrides: dict, recipe: str = "gb300"):

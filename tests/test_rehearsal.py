@@ -106,7 +106,8 @@ def test_block_size_change_in_the_recipe_changes_the_rehearsal(monkeypatch):
     assert flag(list(small.processes[0].args), "--kv-cache-block-size") == "32"
     for b, s in zip(base.roles, small.roles):
         assert flag(list(b.args), "--block-size") == "64" and flag(list(s.args), "--block-size") == "32"
-        assert s.capacity.num_blocks == b.capacity.tokens // 32 == 2 * b.capacity.num_blocks
+        assert s.capacity.tokens == b.capacity.tokens  # the engine's capacity; only the router's unit changes
+        assert (s.capacity.num_blocks, b.capacity.num_blocks) == (b.capacity.tokens // 32, b.capacity.tokens // 64)
 
 
 def test_mocker_args_take_a_perf_profile_and_speedup():

@@ -28,6 +28,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory-utilization", type=fraction, default=0.9, help="share of GPU memory vLLM may use, (0, 1]")
     p.add_argument("--kv-cache-dtype", choices=("fp8", "bf16"), default="fp8")
     p.add_argument("--spec-tokens", type=whole(0), default=0, help="speculative tokens per step")
+    p.add_argument("--prefix-caching", action="store_true",
+                   help="ad hoc role: the worker runs --enable-prefix-caching (vLLM keeps KDA state in 'align' mode)")
     p.add_argument("--max-model-len", type=whole(1), default=1048576)
     p.add_argument("--kv-budget-gib", type=positive, help="use this KV pool per GPU instead of the computed one")
     p.add_argument("--replicas", type=whole(1), default=1, help="ad hoc role: worker replicas")
@@ -127,7 +129,7 @@ def _adhoc(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
     role = planner.RoleSpec(name="worker", gpu=args.gpu, tp=args.tp, nodes_per_replica=nodes,
                             replicas=args.replicas, gpu_memory_utilization=args.gpu_memory_utilization,
                             kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len,
-                            spec_tokens=args.spec_tokens, dcp=args.dcp)
+                            spec_tokens=args.spec_tokens, dcp=args.dcp, prefix_caching=args.prefix_caching)
     stack = planner.plan_stack([role], _pricing(args, platform),
                                output_tokens_per_second=args.output_tokens_per_second)
     if args.kv_budget_gib is not None:
@@ -141,7 +143,8 @@ def _rebudget(stack: planner.StackPlan, budget_gib: float) -> planner.StackPlan:
         s = r.spec
         plan = planner.plan_role(s.gpu, s.tp, dcp=s.dcp, gpu_memory_utilization=s.gpu_memory_utilization,
                                  kv_cache_dtype=s.kv_cache_dtype, spec_tokens=s.spec_tokens,
-                                 max_model_len=s.max_model_len, kv_budget_gib=budget_gib)
+                                 max_model_len=s.max_model_len, kv_budget_gib=budget_gib,
+                                 prefix_caching=s.prefix_caching)
         roles.append(replace(r, plan=replace(plan, load_seconds=r.plan.load_seconds)))
     return replace(stack, roles=tuple(roles))
 
@@ -149,13 +152,13 @@ def _rebudget(stack: planner.StackPlan, budget_gib: float) -> planner.StackPlan:
 def _from_graph(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
     from kimi_k3.stacks import load_stack
 
-    from kimi_k3.graph import role_flag
+    from kimi_k3.graph import role_flag, role_prefix_caching
 
     cfg, graph = load_stack(args.stack)
     roles = [planner.RoleSpec(name=r.key, gpu=graph.platform.name, tp=r.tp, nodes_per_replica=r.nodes_per_replica,
                               replicas=r.replicas, gpu_memory_utilization=r.gpu_memory_utilization,
                               kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len, dcp=r.dcp,
-                              load_format=role_flag(r, "--load-format", "auto"))
+                              load_format=role_flag(r, "--load-format", "auto"), prefix_caching=role_prefix_caching(r))
              for r in graph.roles]
     billed = None
     if cfg.cluster.mode == "eks":  # a Capacity Block is paid whole: the reservation's instances, used or not
@@ -210,14 +213,15 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
         p, j = r.plan, r.plan.to_json()
         rows += [
             (f"[{r.spec.name}]", f"{p.gpu} TP{p.tp} DCP{p.dcp} x{r.spec.replicas}, util {p.gpu_memory_utilization}, "
-                                 f"KV {p.kv_cache_dtype}, spec {p.spec_tokens}"),
+                                 f"KV {p.kv_cache_dtype}, spec {p.spec_tokens}, prefix caching "
+                                 f"{'on' if p.prefix_caching else 'off'}, block {p.block_size}"),
             ("weights per GPU", f"{j['weights_gb_per_gpu']:.1f} GB"),
             ("activation reserve", f"{j['activation_reserve_gib']:.1f} GiB"),
             ("KV pool per GPU", f"{j['kv_pool_gib_per_gpu']:.2f} GiB"),
             ("MLA KV per token per GPU", f"{j['kv_bytes_per_token']:,.0f} B"),
             ("KDA state per request per GPU", f"{j['state_mib_per_request_per_gpu']:.1f} MiB"),
-            ("KV cache size, vLLM's log line", f"{j['kv_capacity_tokens']:,} tokens (the pool split over "
-                                                 f"{p.attention_groups + p.kda_groups} cache groups: not a limit, see terms)"),
+            ("KV cache size, vLLM's log line", f"{j['kv_capacity_tokens']:,} tokens (requests at max-model-len "
+                                                 "that fit x max-model-len: see terms)"),
             ("longest one request can be", f"{j['kv_capacity_tokens_single_request']:,} tokens"),
             ("requests at once, per replica", "each request of:"),
             *[(f"  {int(c):,} tokens", str(n)) for c, n in j["max_concurrent_requests"].items()],
@@ -243,10 +247,10 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
 TERMS = """\
 terms:
   KV pool per GPU                 GPU memory left for the KV cache and KDA state after weights and the reserve.
-  KV cache size, vLLM's log line  vLLM's startup line 'GPU KV cache size: N tokens' divides the pool evenly over all
-                                  cache groups (MLA attention and KDA state groups of this hybrid model). It is not
-                                  what requests can use: a request's attention tokens take the attention groups'
-                                  share as they grow. For capacity read the two rows below it.
+  KV cache size, vLLM's log line  vLLM's startup line 'GPU KV cache size: N tokens': its maximum concurrency at
+                                  max-model-len times max-model-len (each request also holds its KDA state blocks,
+                                  so it is a little below the longest single request). With DCP it counts the
+                                  tokens of all DCP ranks together.
   longest one request can be      the context one request alone could reach with the whole pool.
   requests at once                vLLM's 'Maximum concurrency for N tokens per request': how many requests of that
                                   full context fit together in one replica (each also holds its KDA state). So
