@@ -7,7 +7,7 @@ from components.cluster import Cluster, ClusterArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.platform import Addons, AddonsArgs
-from components.serving_graph import ServingGraph, ServingGraphArgs, SmokeTestArgs
+from components.serving_graph import BenchmarkArgs, ServingGraph, ServingGraphArgs, SmokeTestArgs
 from kimi_k3 import aws, manifests, monitoring, planner, platform_set
 from kimi_k3.addons import addon_specs
 from kimi_k3.config import parse_stack_config
@@ -100,7 +100,9 @@ else:
         gpu_node_selector=aws.gpu_node_labels(graph.platform.name) if eks else None,
         smoke_test=SmokeTestArgs(cfg.model.download_image, aws.SYSTEM_LABELS if eks else None)
         if cfg.serving.smoke_test else None,
-        watch_image=cfg.model.download_image, node_selector=aws.SYSTEM_LABELS if eks else None), opts=k8s_only)
+        watch_image=cfg.model.download_image, node_selector=aws.SYSTEM_LABELS if eks else None,
+        benchmark=BenchmarkArgs(cfg.serving.benchmark, aws.SYSTEM_LABELS if eks else None)
+        if cfg.serving.benchmark.enabled else None), opts=k8s_only)
 
     # Monitors, alert rules and dashboards for every serving pod; kube-prometheus-stack unless the cluster has its own.
     if monitoring.stack_mode(cfg) != "none":

@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 import pulumi
 
 from kimi_k3 import manifests
-from kimi_k3.config import PreflightConfig
+from kimi_k3.config import BenchmarkConfig, PreflightConfig
 from kimi_k3.graph import ServingGraph as Graph
 
 from .kubernetes import register
@@ -22,13 +22,23 @@ class SmokeTestArgs:
         self.node_selector = node_selector
 
 
+class BenchmarkArgs:
+    def __init__(self, config: BenchmarkConfig, node_selector: Optional[dict[str, str]] = None):
+        """
+        :param config: `kimi-k3:serving.benchmark` (its image and the workload, kimi_k3/workload.py).
+        :param node_selector: where the Job runs (the system nodes in eks mode: never a GPU node).
+        """
+        self.config = config
+        self.node_selector = node_selector
+
+
 class ServingGraphArgs:
     def __init__(self, graph: Graph, platform_ready: Sequence[pulumi.Resource],
                  workers_ready: Sequence[pulumi.Resource], preflight: Optional[PreflightConfig] = None,
                  nodes_ready: Sequence[pulumi.Resource] = (), gpu_nodes_ready: Sequence[pulumi.Resource] = (),
                  gpu_node_selector: Optional[dict[str, str]] = None,
                  smoke_test: Optional[SmokeTestArgs] = None, watch_image: str = "",
-                 node_selector: Optional[dict[str, str]] = None):
+                 node_selector: Optional[dict[str, str]] = None, benchmark: Optional[BenchmarkArgs] = None):
         """
         :param graph: roles, TP, nodes, flags and env of the selected recipe with stack overrides.
         :param platform_ready: what ComputeDomains and the graph need to be accepted (the namespace, the DRA
@@ -42,7 +52,9 @@ class ServingGraphArgs:
         :param smoke_test: run the smoke test Job once the graph is Ready (None: no Job).
         :param watch_image: image of the graph-ready Job (Python 3, stdlib only: the download image).
         :param node_selector: where that Job runs (eks: the system nodes).
+        :param benchmark: run the AIPerf benchmark Job after the smoke test (None: no Job).
         """
+        self.benchmark = benchmark
         self.gpu_nodes_ready = list(gpu_nodes_ready)
         self.gpu_node_selector = gpu_node_selector
         self.watch_image = watch_image
@@ -62,6 +74,7 @@ class ServingGraph(pulumi.ComponentResource):
 
     deployment: pulumi.CustomResource
     smoke: Optional[pulumi.CustomResource] = None
+    benchmark: Optional[pulumi.CustomResource] = None
 
     def __init__(self, name: str, args: ServingGraphArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("kimi-k3:serving:ServingGraph", name, None, opts)
@@ -107,5 +120,14 @@ class ServingGraph(pulumi.ComponentResource):
             self.smoke = register(f"{name}-smoke-test", manifests.smoke_job(g, args.smoke_test.image,
                                                                              args.smoke_test.node_selector),
                                   pulumi.ResourceOptions(parent=self, depends_on=[self.ready, smoke_script]))
+        if args.benchmark is not None:
+            w = args.benchmark.config.to_workload()
+            bench_files = register(f"{name}-benchmark-plan", manifests.benchmark_config_map(g, w),
+                                   pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
+            # After the smoke test (or, without it, the graph-ready Job): load only a graph that serves.
+            self.benchmark = register(f"{name}-benchmark", manifests.benchmark_job(
+                g, w, args.benchmark.config.image, args.benchmark.node_selector), pulumi.ResourceOptions(
+                parent=self, depends_on=[self.smoke or self.ready, bench_files]))
         self.register_outputs({"name": self.deployment.metadata["name"], "gpus": g.gpus, "nodes": g.nodes,
-                               "smokeTest": self.smoke.metadata["name"] if self.smoke else None})
+                               "smokeTest": self.smoke.metadata["name"] if self.smoke else None,
+                               "benchmark": self.benchmark.metadata["name"] if self.benchmark else None})

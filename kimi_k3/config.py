@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from . import workload
 from .data import recipe_file
 from .errors import UserError, did_you_mean
 
@@ -329,6 +330,50 @@ class PreflightConfig(Strict):
     timeout_seconds: int = Field(1800, alias="timeoutSeconds", ge=60)
 
 
+# AIPerf's own image, at the version the rehearsal runs (requirements-rehearse.txt): the image `aiperf kube` 0.13.0
+# deploys (aiperf/cli_commands/kube/_kube_common.py, pin_default_direct_image: nvcr.io/nvidia/aiperf:<version>).
+BENCHMARK_IMAGE = "nvcr.io/nvidia/aiperf:0.13.0"
+
+
+class BenchmarkConfig(Strict):
+    """`kimi-k3:serving.benchmark`: after the smoke test, an AIPerf Job runs the rehearsal's workload
+    (kimi_k3/workload.py) against the frontend Service; off by default. Results: `kubectl logs job/kimi-k3-benchmark`."""
+
+    enabled: bool = Field(False, description="run the AIPerf benchmark Job after the smoke test (`pulumi up` waits "
+                          "for it and fails if a run fails)")
+    image: str = Field(BENCHMARK_IMAGE, min_length=1, description="AIPerf image (a pinned tag or digest)")
+    requests: int = Field(workload.DEFAULT.requests, ge=1, le=10000, description="requests per run")
+    duration_seconds: float = Field(workload.DEFAULT.duration_seconds, alias="durationSeconds", gt=0, le=3600,
+                                    description="time cap per run (AIPerf --benchmark-duration)")
+    concurrency: int = Field(workload.DEFAULT.concurrency, ge=1, le=1024, description="requests in flight")
+    system_prompt_tokens: int = Field(workload.DEFAULT.system_prompt_tokens, alias="systemPromptTokens", ge=0,
+                                      le=262144, description="shared system prompt of the agentic run, in tokens")
+    turns: int = Field(workload.DEFAULT.turns, ge=1, le=64, description="turns per agentic conversation")
+    runs: list[Literal["agentic", "synthetic"]] = Field(list(workload.RUNS), min_length=1,
+                                                        description="which runs, in order")
+
+    @field_validator("image")
+    @classmethod
+    def _pinned(cls, v: str) -> str:
+        from .images import pin_problem
+        problem = pin_problem(v)
+        if problem:
+            raise ValueError(f"{problem}; allowed: a version tag or a digest, e.g. {BENCHMARK_IMAGE}")
+        return v
+
+    @field_validator("runs")
+    @classmethod
+    def _once_each(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"each run at most once; allowed: a list from {', '.join(workload.RUNS)}")
+        return v
+
+    def to_workload(self) -> "workload.Workload":
+        return workload.Workload(requests=self.requests, duration_seconds=self.duration_seconds,
+                                 concurrency=self.concurrency, system_prompt_tokens=self.system_prompt_tokens,
+                                 turns=self.turns, runs=tuple(self.runs))
+
+
 class ServingConfig(Strict):
     """`kimi-k3:serving`: the serving graph's knobs and overrides of the recipe."""
 
@@ -345,6 +390,7 @@ class ServingConfig(Strict):
                                           description="how long `pulumi up` waits for the weights download and check")
     smoke_test: bool = Field(True, alias="smokeTest",
                              description="after the graph is Ready, run the smoke test Job; `pulumi up` fails if it does")
+    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
     frontend: FrontendOverride = Field(default_factory=FrontendOverride)
     roles: dict[str, RoleOverride] = Field(default_factory=dict)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from . import workload
 from .graph import Role, ServingGraph, compile_cache_spec
 from .monitoring import role_labels
 from .images import kube_arch
@@ -24,6 +25,16 @@ TOOLS_DIR = "/opt/hub"                     # emptyDir holding the pinned hugging
 SMOKE_SCRIPT = Path(__file__).with_name("smoke.py")   # the same smoke test `kimi-k3 rehearse` runs locally
 SMOKE_WAIT_SECONDS = 300                   # the frontend Service may lag the graph's Ready condition
 SMOKE_DEADLINE_SECONDS = 1200              # the whole Job, retries included; `pulumi up` fails after it
+WORKLOAD_SCRIPT = Path(workload.__file__)  # the workload `kimi-k3 rehearse` runs locally, and the Job's runner
+BENCHMARK_DIR = "/benchmark"               # the runner and its plan (ConfigMap)
+BENCHMARK_RESULTS = "/results"             # AIPerf's --artifact-dir per run (emptyDir; the summaries go to the log)
+BENCHMARK_START_SECONDS = 600              # image pull (AIPerf's image is ~2 GB) and pod start, before the first run
+BENCHMARK_UID = 1000                       # the user AIPerf's own manifests run its image as (aiperf kube generate)
+# Guaranteed QoS, so the client is neither throttled below nor evicted during a measurement: AIPerf's own estimate
+# for its services at this size is ~2 GiB (aiperf kube generate, memory estimator: controller 1388 MiB + one
+# worker pod 632 MiB); workers are capped at --concurrency (aiperf/workers/worker_manager.py).
+BENCHMARK_RESOURCES = {"requests": {"cpu": "4", "memory": "4Gi", "ephemeral-storage": "2Gi"},
+                       "limits": {"cpu": "4", "memory": "4Gi", "ephemeral-storage": "6Gi"}}
 # A pod that fails at once (bad token, wrong revision) fails the Job after 4 tries and 10+20+40 s of the Job
 # controller's pod backoff: `pulumi up` reports it within minutes. A resumed `hf download` loses nothing.
 DOWNLOAD_BACKOFF_LIMIT = 3
@@ -42,6 +53,7 @@ NAMES = {
     "compile_cache": "kimi-k3-compile-cache",
     "prepull": "kimi-k3-image-prepull",
     "smoke": "kimi-k3-smoke-test",
+    "benchmark": "kimi-k3-benchmark",
     "watch": "kimi-k3-graph-watch",
     "ready": "kimi-k3-graph-ready",
 }
@@ -177,11 +189,16 @@ def smoke_script_config_map(graph: ServingGraph) -> Obj:
             "data": {SMOKE_SCRIPT.name: SMOKE_SCRIPT.read_text()}}
 
 
+def frontend_url(graph: ServingGraph) -> str:
+    """The frontend Service, as the in-cluster Jobs (smoke test, benchmark) reach it."""
+    return f"http://{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}"
+
+
 def smoke_job(graph: ServingGraph, image: str, node_selector: dict[str, str] | None = None) -> Obj:
     """The smoke test against the frontend Service once the graph is Ready, plus what only the real model shows
     (reasoning_content, a parsed tool call, an image input). The provider's Job await fails `pulumi up` when the
     Job fails; the failed checks are in the pod's termination message and log."""
-    url = f"http://{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}"
+    url = frontend_url(graph)
     max_len = max(r.max_model_len for r in graph.roles)
     # A changed graph changes the pod template, so the Job is replaced and the smoke test runs again.
     graph_hash = hashlib.sha256(json.dumps(graph_deployment(graph), sort_keys=True).encode()).hexdigest()[:16]
@@ -213,6 +230,83 @@ def smoke_job(graph: ServingGraph, image: str, node_selector: dict[str, str] | N
                         "volumeMounts": [{"name": "smoke", "mountPath": "/smoke", "readOnly": True}],
                     }],
                     "volumes": [{"name": "smoke", "configMap": {"name": NAMES["smoke"]}}],
+                },
+            },
+        },
+    }
+
+
+def benchmark_plan(graph: ServingGraph, w: workload.Workload) -> Obj:
+    """What the benchmark Job runs: the rehearsal's workload (workload.profile_args) against the frontend Service,
+    tokenized by the model's own tokenizer from the cache (remote code, as the graph's --trust-remote-code)."""
+    return {"run_deadline_seconds": w.run_deadline_seconds(), "runs": {
+        kind: workload.profile_args(kind, w, model=graph.served_model_name, url=frontend_url(graph),
+                                    tokenizer=graph.model_path, artifact_dir=f"{BENCHMARK_RESULTS}/{kind}",
+                                    extra=["--tokenizer-trust-remote-code"])
+        for kind in w.runs}}
+
+
+def benchmark_config_map(graph: ServingGraph, w: workload.Workload) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(graph, NAMES["benchmark"]),
+            "data": {WORKLOAD_SCRIPT.name: WORKLOAD_SCRIPT.read_text(),
+                     "plan.json": json.dumps(benchmark_plan(graph, w), indent=1) + "\n"}}
+
+
+def benchmark_job(graph: ServingGraph, w: workload.Workload, image: str,
+                  node_selector: dict[str, str] | None = None) -> Obj:
+    """AIPerf against the frontend Service, after the smoke test: the rehearsal's runs, one after the other, in
+    AIPerf's own image. No API access (no service account token), non-root, read-only root and model cache,
+    Guaranteed resources; each run's summary stays in the Job's log (`kubectl logs job/kimi-k3-benchmark`)."""
+    deadline = int(BENCHMARK_START_SECONDS + len(w.runs) * w.run_deadline_seconds())
+    # A changed graph or workload changes the pod template, so the Job is replaced and measures again.
+    graph_hash = hashlib.sha256(json.dumps(graph_deployment(graph), sort_keys=True).encode()).hexdigest()[:16]
+    plan_hash = hashlib.sha256(json.dumps(benchmark_plan(graph, w), sort_keys=True).encode()).hexdigest()[:16]
+    tmp = {"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}
+    results = {"name": "results", "emptyDir": {"sizeLimit": "1Gi"}}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": _meta(graph, NAMES["benchmark"], annotations={
+            "pulumi.com/timeoutSeconds": str(deadline + 60)}),
+        "spec": {
+            "backoffLimit": 0,                 # a second try would measure a cache the first one warmed
+            "activeDeadlineSeconds": deadline,
+            "template": {
+                "metadata": {"labels": {**PART_OF, "app.kubernetes.io/component": "benchmark"},
+                             "annotations": {"kimi-k3.io/graph-sha256": graph_hash,
+                                             "kimi-k3.io/plan-sha256": plan_hash}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,   # AIPerf profile only talks to the frontend
+                    "enableServiceLinks": False,
+                    **({"nodeSelector": dict(node_selector)} if node_selector else {}),
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": BENCHMARK_UID,
+                                        "runAsGroup": BENCHMARK_UID, "fsGroup": BENCHMARK_UID,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{
+                        "name": "aiperf", "image": image,
+                        "command": ["python", f"{BENCHMARK_DIR}/{WORKLOAD_SCRIPT.name}"],
+                        "args": ["--plan", f"{BENCHMARK_DIR}/plan.json", "--termination-log", "/dev/termination-log"],
+                        # AIPerf's datasets and IPC sockets go to TMPDIR; remote tokenizer code to HF_HOME.
+                        "env": _env([("TMPDIR", "/tmp"), ("HOME", "/tmp"), ("HF_HOME", "/tmp/hf-home"),
+                                     ("HF_HUB_DISABLE_TELEMETRY", "1"), ("DO_NOT_TRACK", "1"),
+                                     ("PYTHONUNBUFFERED", "1")]),
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "resources": BENCHMARK_RESOURCES,
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                            "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+                                            "seccompProfile": {"type": "RuntimeDefault"}},
+                        "volumeMounts": [
+                            {"name": "benchmark", "mountPath": BENCHMARK_DIR, "readOnly": True},
+                            {"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, "readOnly": True},
+                            {"name": "tmp", "mountPath": "/tmp"},
+                            {"name": "results", "mountPath": BENCHMARK_RESULTS},
+                        ],
+                    }],
+                    "volumes": [
+                        {"name": "benchmark", "configMap": {"name": NAMES["benchmark"]}},
+                        {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": NAMES["pvc"], "readOnly": True}},
+                        tmp, results,
+                    ],
                 },
             },
         },

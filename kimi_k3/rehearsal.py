@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
+from . import workload
 from .graph import Role, ServingGraph, role_prefix_caching
 from .planner import RolePlan, plan_role
 
@@ -259,21 +260,9 @@ def worker_requests(worker_samples: list[tuple[str, dict[str, str], float]]) -> 
 # ---------------------------------------------------------------------------------------------------------------
 # Report
 
-def percentiles(stats: Mapping[str, Any] | None) -> dict[str, Optional[float]]:
-    stats = stats or {}
-    return {p: (None if stats.get(p) is None else round(float(stats[p]), 3)) for p in ("p50", "p90", "p99")}
-
-
-def aiperf_load(summary: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The stable `load` block from AIPerf's profile_export_aiperf.json."""
-    s = summary or {}
-    throughput = (s.get("output_token_throughput") or {}).get("avg")
-    return {
-        "requests": int((s.get("request_count") or {}).get("avg") or 0),
-        "ttft_ms": percentiles(s.get("time_to_first_token")),
-        "itl_ms": percentiles(s.get("inter_token_latency")),
-        "output_tokens_per_second": None if throughput is None else round(float(throughput), 2),
-    }
+# The stable `load` block from AIPerf's profile_export_aiperf.json: the same summary the benchmark Job logs.
+percentiles = workload.percentiles
+aiperf_load = workload.load_summary
 
 
 def build_report(rehearsal: Rehearsal, *, ready_seconds: Optional[float], registered: Mapping[str, int],

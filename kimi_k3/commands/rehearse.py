@@ -5,6 +5,7 @@ and every process's log. Every process it starts ends with it: on success, on fa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import unquote
 
-from kimi_k3 import rehearsal, smoke
+from kimi_k3 import rehearsal, smoke, workload
 from kimi_k3.config import ConfigError
 from kimi_k3.stacks import StackError, load_stack, project_root
 
@@ -46,19 +47,22 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("stack", metavar="STACK")
     p.add_argument("--out", help="output directory (default build/rehearse/STACK)")
     p.add_argument("--ready-timeout", type=float, default=240, help="seconds for every worker to register (240)")
-    p.add_argument("--requests", type=int, default=32, help="requests per AIPerf run (32)")
-    p.add_argument("--duration", type=float, default=90, help="time cap in seconds per AIPerf run (90)")
-    p.add_argument("--concurrency", type=int, default=4, help="concurrent AIPerf requests (4)")
-    p.add_argument("--system-prompt-tokens", type=int, default=4096,
-                   help="shared system prompt of the agentic run, in fixture tokens (4096)")
-    p.add_argument("--turns", type=int, default=4, help="turns per agentic conversation (4)")
+    # The workload (kimi_k3/workload.py) is the stack's kimi-k3:serving.benchmark, the in-cluster Job's too.
+    w = workload.DEFAULT
+    p.add_argument("--requests", type=int, help=f"requests per AIPerf run (stack's benchmark.requests; {w.requests})")
+    p.add_argument("--duration", type=float,
+                   help=f"time cap in seconds per AIPerf run (benchmark.durationSeconds; {w.duration_seconds:g})")
+    p.add_argument("--concurrency", type=int, help=f"concurrent AIPerf requests (benchmark.concurrency; {w.concurrency})")
+    p.add_argument("--system-prompt-tokens", type=int,
+                   help=f"shared system prompt of the agentic run, in fixture tokens (benchmark.systemPromptTokens; "
+                        f"{w.system_prompt_tokens})")
+    p.add_argument("--turns", type=int, help=f"turns per agentic conversation (benchmark.turns; {w.turns})")
     p.add_argument("--speedup-ratio", type=float, default=1.0, help="mocker timing speedup (1.0 = its model's pace)")
     p.add_argument("--perf-profile", help="mocker --planner-profile-data (default: one written from the calibrated "
                    "performance model of the stack, `kimi-k3 plan STACK --mocker-profile`)")
     p.add_argument("--mocker-timing", dest="perf_model", action="store_false",
                    help="use the mocker's own timing model instead of the stack's performance model")
-    p.add_argument("--runs", default="agentic,synthetic",
-                   help="AIPerf runs, comma-separated from agentic,synthetic (default both)")
+    p.add_argument("--runs", help="AIPerf runs, comma-separated from agentic,synthetic (benchmark.runs; both)")
     p.add_argument("--no-load", dest="load", action="store_false", help="skip AIPerf (ready + smoke test only)")
     p.add_argument("--host-network", action="store_true",
                    help="run on the host's loopback instead of a private network namespace (the default where "
@@ -200,21 +204,20 @@ def wait_ready(plan: rehearsal.Rehearsal, procs: Processes, discovery: Path, tim
         time.sleep(0.5)
 
 
-def aiperf_argv(python: Path, plan: rehearsal.Rehearsal, kind: str, args: argparse.Namespace, model_dir: Path,
+def aiperf_argv(python: Path, plan: rehearsal.Rehearsal, kind: str, w: workload.Workload, model_dir: Path,
                 out: Path) -> list[str]:
-    """One bounded AIPerf run: `agentic` (multi-turn, shared long system prompt, tool-output-like coding corpus,
-    growing context) or `synthetic` (single-turn fixed lengths)."""
-    base = [str(python), "-m", "aiperf", "profile", "--model", plan.served_model_name, "--url", plan.url,
-            "--endpoint-type", "chat", "--streaming", "--tokenizer", str(model_dir),
-            "--request-count", str(args.requests), "--benchmark-duration", str(args.duration),
-            "--concurrency", str(args.concurrency), "--random-seed", "7", "--ui", "none", "--no-gpu-telemetry",
-            "--artifact-dir", str(out)]
-    if kind == "agentic":
-        sessions = max(1, -(-args.requests // args.turns))
-        return base + ["--shared-system-prompt-length", str(args.system_prompt_tokens),
-                       "--conversation-num", str(sessions), "--conversation-turn-mean", str(args.turns),
-                       "--prompt-corpus", "coding", "--isl", "512", "--osl", "64"]
-    return base + ["--isl", "1024", "--osl", "64", "--conversation-num", str(args.requests)]
+    """One bounded AIPerf run of the workload (kimi_k3/workload.py) against the local frontend."""
+    return [str(python), "-m", "aiperf", *workload.profile_args(
+        kind, w, model=plan.served_model_name, url=plan.url, tokenizer=str(model_dir), artifact_dir=str(out))]
+
+
+def resolve_workload(cfg: Any, args: argparse.Namespace) -> workload.Workload:
+    """The stack's benchmark workload (kimi-k3:serving.benchmark) with this command's flags on top."""
+    w = cfg.serving.benchmark.to_workload()
+    given = {"requests": args.requests, "duration_seconds": args.duration, "concurrency": args.concurrency,
+             "system_prompt_tokens": args.system_prompt_tokens, "turns": args.turns,
+             "runs": tuple(r for r in args.runs.split(",") if r) if args.runs is not None else None}
+    return dataclasses.replace(w, **{k: v for k, v in given.items() if v is not None})
 
 
 def run_aiperf(procs: Processes, name: str, argv: list[str], out: Path, deadline: float, say: Callable[[str], None],
@@ -254,8 +257,9 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     except RehearsalFailed as err:
         say(f"kimi-k3 rehearse {args.stack}: {err}")
         return 2
-    runs_wanted = [r for r in args.runs.split(",") if r]
-    if not runs_wanted or set(runs_wanted) - {"agentic", "synthetic"}:
+    w = resolve_workload(cfg, args)
+    runs_wanted = list(w.runs)
+    if not runs_wanted or set(runs_wanted) - set(workload.RUNS):
         say(f"kimi-k3 rehearse {args.stack}: --runs {args.runs}: allowed: agentic, synthetic (comma-separated)")
         return 2
     if args.perf_profile and not Path(args.perf_profile).exists():
@@ -332,11 +336,11 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         if args.load:
             before = _metrics(plan.http_port)
             for kind in runs_wanted:
-                say(f"[{time.monotonic() - started:5.1f}s] AIPerf {kind}: {args.requests} requests, "
-                    f"cap {args.duration:.0f}s")
-                argv = aiperf_argv(python, plan, kind, args, model_dir, out / "aiperf" / kind)
+                say(f"[{time.monotonic() - started:5.1f}s] AIPerf {kind}: {w.requests} requests, "
+                    f"cap {w.duration_seconds:.0f}s")
+                argv = aiperf_argv(python, plan, kind, w, model_dir, out / "aiperf" / kind)
                 runs[kind] = run_aiperf(procs, f"aiperf-{kind}", argv, out / "aiperf" / kind,
-                                        args.duration + 180, say, env)
+                                        w.run_deadline_seconds(), say, env)
             after = _metrics(plan.http_port)
             delta = _delta(before, after, ("dynamo_frontend_input_sequence_tokens_sum",
                                            "dynamo_frontend_cached_tokens_sum"))
@@ -360,10 +364,10 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                                     extra={"total_seconds": round(time.monotonic() - started, 2),
                                            "network": args.network, "scratch_dir": str(scratch),
                                            "speedup_ratio": args.speedup_ratio, "timing": args.timing,
-                                           "aiperf": {"requests": args.requests, "duration_cap_s": args.duration,
-                                                      "concurrency": args.concurrency,
-                                                      "system_prompt_tokens": args.system_prompt_tokens,
-                                                      "turns": args.turns}})
+                                           "aiperf": {"requests": w.requests, "duration_cap_s": w.duration_seconds,
+                                                      "concurrency": w.concurrency,
+                                                      "system_prompt_tokens": w.system_prompt_tokens,
+                                                      "turns": w.turns}})
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     plots: list[str] = []
     try:

@@ -1,0 +1,177 @@
+"""The AIPerf workload: one definition for `kimi-k3 rehearse` (AIPerf against the local frontend) and the optional
+in-cluster benchmark Job (`kimi-k3:serving.benchmark`, AIPerf against the frontend Service), and that Job's runner.
+
+Standard library only: the Job mounts this file from a ConfigMap into the AIPerf image and runs
+`python workload.py --plan FILE`, which runs every `aiperf profile` of the plan in turn and prints each run's
+summary. Exit 0 when every run completes with its export, 1 when one does not (the failed run is named in the
+container's termination message), 2 on bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+# The two runs: `agentic` is the traffic Kimi K3 is deployed for (multi-turn conversations sharing a long system
+# prompt, growing their context with tool-output-like text); `synthetic` is a plain single-turn baseline.
+RUNS = ("agentic", "synthetic")
+RANDOM_SEED = 7
+AGENTIC_ISL, SYNTHETIC_ISL, OSL = 512, 1024, 64     # tokens per turn (input) and per reply (output)
+AGENTIC_CORPUS = "coding"                          # AIPerf's --prompt-corpus closest to tool output
+# Beyond --benchmark-duration, what one run may take: process start, tokenizer load, dataset generation, draining
+# the requests in flight, exports (the local rehearsal's measured runs take 10-40 s of it on 2 cores).
+RUN_GRACE_SECONDS = 180
+# The flags whose values depend on where AIPerf runs (which frontend, which tokenizer, where results go): the
+# rest of an `aiperf profile` command line is the workload, identical locally and in the cluster.
+PLACE_FLAGS = ("--model", "--url", "--tokenizer", "--artifact-dir")
+RESULT_FILE = "profile_export_aiperf.json"         # AIPerf's JSON export in --artifact-dir
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Bounded in requests (per run) and in time (per run, `duration_seconds` + RUN_GRACE_SECONDS)."""
+
+    requests: int = 32
+    duration_seconds: float = 90
+    concurrency: int = 4
+    system_prompt_tokens: int = 4096
+    turns: int = 4
+    runs: tuple[str, ...] = field(default=RUNS)
+
+    def run_deadline_seconds(self) -> float:
+        return self.duration_seconds + RUN_GRACE_SECONDS
+
+
+DEFAULT = Workload()
+
+
+def workload_args(kind: str, w: Workload) -> list[str]:
+    """The workload's own `aiperf profile` flags for run `kind` (no place flags)."""
+    if kind not in RUNS:
+        raise ValueError(f"run {kind!r}: allowed: {', '.join(RUNS)}")
+    base = ["--endpoint-type", "chat", "--streaming",
+            "--request-count", str(w.requests), "--benchmark-duration", f"{w.duration_seconds:g}",
+            "--concurrency", str(w.concurrency), "--random-seed", str(RANDOM_SEED), "--ui", "none",
+            "--no-gpu-telemetry"]
+    if kind == "agentic":
+        sessions = max(1, -(-w.requests // w.turns))
+        return base + ["--shared-system-prompt-length", str(w.system_prompt_tokens),
+                       "--conversation-num", str(sessions), "--conversation-turn-mean", str(w.turns),
+                       "--prompt-corpus", AGENTIC_CORPUS, "--isl", str(AGENTIC_ISL), "--osl", str(OSL)]
+    return base + ["--isl", str(SYNTHETIC_ISL), "--osl", str(OSL), "--conversation-num", str(w.requests)]
+
+
+def profile_args(kind: str, w: Workload, *, model: str, url: str, tokenizer: str, artifact_dir: str,
+                 extra: Sequence[str] = ()) -> list[str]:
+    """`aiperf profile ...` (without the program) for run `kind` against `url`; `extra`: place-only flags."""
+    return ["profile", "--model", model, "--url", url, "--tokenizer", tokenizer, "--artifact-dir", artifact_dir,
+            *extra, *workload_args(kind, w)]
+
+
+def without_place(args: Sequence[str], extra_flags: Sequence[str] = ()) -> list[str]:
+    """An `aiperf profile` argv minus its place flags (and their values): what two runs must share."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in PLACE_FLAGS:
+            skip = True
+        elif a not in extra_flags:
+            out.append(a)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# AIPerf's JSON export -> the summary the rehearsal report and the Job's log carry
+
+def percentiles(stats: Optional[Mapping[str, Any]]) -> dict[str, Optional[float]]:
+    stats = stats or {}
+    return {p: (None if stats.get(p) is None else round(float(stats[p]), 3)) for p in ("p50", "p90", "p99")}
+
+
+def load_summary(export: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """requests, TTFT and ITL p50/p90/p99 (ms), output tokens/s from AIPerf's profile_export_aiperf.json."""
+    s = export or {}
+    throughput = (s.get("output_token_throughput") or {}).get("avg")
+    return {
+        "requests": int((s.get("request_count") or {}).get("avg") or 0),
+        "ttft_ms": percentiles(s.get("time_to_first_token")),
+        "itl_ms": percentiles(s.get("inter_token_latency")),
+        "output_tokens_per_second": None if throughput is None else round(float(throughput), 2),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The in-cluster runner: `python workload.py --plan plan.json`
+
+def run_plan(plan: Mapping[str, Any], log=print) -> tuple[dict[str, Any], dict[str, str]]:
+    """Run each `aiperf profile` of the plan in turn; ({run: summary}, {run: why it failed})."""
+    results: dict[str, Any] = {}
+    failures: dict[str, str] = {}
+    for kind, args in plan["runs"].items():
+        artifact_dir = Path(args[args.index("--artifact-dir") + 1])
+        deadline = float(plan["run_deadline_seconds"])
+        log(f"benchmark {kind}: aiperf {' '.join(args)}")
+        started = time.monotonic()
+        try:
+            code = subprocess.run([sys.executable, "-m", "aiperf", *args], timeout=deadline).returncode
+        except subprocess.TimeoutExpired:
+            failures[kind] = f"still running after {deadline:.0f} s"
+            continue
+        except OSError as err:
+            failures[kind] = f"could not start aiperf: {err}"
+            continue
+        export = artifact_dir / RESULT_FILE
+        if code != 0 or not export.is_file():
+            failures[kind] = f"aiperf exited with code {code}" + ("" if export.is_file() else f", no {export}")
+            continue
+        summary = load_summary(json.loads(export.read_text()))
+        if summary["requests"] == 0:
+            failures[kind] = "no request completed"
+        results[kind] = summary
+        # One line per run, machine-readable in `kubectl logs` long after the pod's files are gone.
+        log("kimi-k3-benchmark " + json.dumps({"run": kind, "seconds": round(time.monotonic() - started, 1),
+                                               **summary}, sort_keys=True))
+    return results, failures
+
+
+def _one_line(results: Mapping[str, Any], failures: Mapping[str, str]) -> str:
+    if failures:
+        return "benchmark FAILED: " + "; ".join(f"{k}: {v}" for k, v in failures.items())
+    return "benchmark done: " + "; ".join(
+        f"{k}: {r['requests']} requests, TTFT p50 {r['ttft_ms']['p50']} ms, ITL p50 {r['itl_ms']['p50']} ms, "
+        f"{r['output_tokens_per_second']} output tok/s" for k, r in results.items())
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--plan", required=True, help="JSON file: {run_deadline_seconds, runs: {name: [aiperf args]}}")
+    p.add_argument("--termination-log", metavar="FILE", help="write the one-line summary here (the Job's "
+                   "/dev/termination-log, shown by kubectl describe pod)")
+    args = p.parse_args(argv)
+    try:
+        plan = json.loads(Path(args.plan).read_text())
+        if not isinstance(plan.get("runs"), dict) or not plan["runs"]:
+            raise ValueError("no runs")
+    except (OSError, ValueError) as err:
+        print(f"benchmark: --plan {args.plan}: {err}", flush=True)
+        return 2
+    results, failures = run_plan(plan, log=lambda line: print(line, flush=True))
+    summary = _one_line(results, failures)
+    print(summary, flush=True)
+    if args.termination_log:
+        try:
+            with open(args.termination_log, "w") as f:
+                f.write(summary[:4000])
+        except OSError as err:
+            print(f"could not write {args.termination_log}: {err}", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
