@@ -5,7 +5,7 @@ from typing import Optional, Sequence
 
 import pulumi
 
-from kimi_k3 import manifests
+from kimi_k3 import autoscaling, manifests
 from kimi_k3.config import BenchmarkConfig, PreflightConfig
 from kimi_k3.graph import ServingGraph as Graph
 
@@ -105,8 +105,14 @@ class ServingGraph(pulumi.ComponentResource):
         # awaits the DaemonSet until its pods are available (provider/pkg/await/daemonset.go, kstatus).
         self.prepull = register(f"{name}-image-prepull", manifests.image_prepull(g, args.gpu_node_selector),
                                 pulumi.ResourceOptions(parent=self, depends_on=args.gpu_nodes_ready))
+        planner = []
+        if g.autoscaling is not None:  # the SLA planner's config, profile data and API access, before its pod
+            planner = [register(f"{name}-planner-{o['kind'].lower()}-{o['metadata']['name']}", o,
+                                pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready[:1]))
+                       for o in autoscaling.config_maps(g) + autoscaling.rbac(g)]
         self.deployment = register(f"{name}-deployment", manifests.graph_deployment(g), pulumi.ResourceOptions(
-            parent=self, depends_on=args.platform_ready + args.workers_ready + domains + checks + [self.prepull]))
+            parent=self, depends_on=args.platform_ready + args.workers_ready + domains + checks + [self.prepull]
+            + planner))
         *access, job = manifests.graph_watch_objects(g, args.watch_image, args.node_selector)
         watch = [register(f"{name}-watch-{o['kind'].lower()}", o, pulumi.ResourceOptions(
             parent=self, depends_on=args.platform_ready[:1])) for o in access]

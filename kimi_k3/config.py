@@ -374,6 +374,37 @@ class BenchmarkConfig(Strict):
                                  turns=self.turns, runs=tuple(self.runs))
 
 
+class AutoscalingConfig(Strict):
+    """`kimi-k3:serving.autoscaling`: Dynamo's SLA planner owns the worker replicas (docs/operating.md#autoscaling)."""
+
+    enabled: bool = Field(False, description="add Dynamo's SLA planner to the graph; it owns the worker roles' replicas")
+    ttft_ms: Optional[float] = Field(None, alias="ttftMs", gt=0, description="TTFT target (ms) the planner holds; "
+                                     "required when enabled")
+    itl_ms: Optional[float] = Field(None, alias="itlMs", gt=0, description="inter-token latency target (ms); "
+                                    "required when enabled")
+    min_replicas: dict[str, int] = Field(default_factory=dict, alias="minReplicas",
+                                         description="per role, the replicas the planner never goes below; default: "
+                                         "the role's configured replicas")
+    max_gpu_budget: Optional[int] = Field(None, alias="maxGpuBudget", ge=1,
+                                          description="GPUs the planner may use; default (eks): the Capacity Block's "
+                                          "instances x GPUs per instance; required on other clusters")
+    adjustment_interval_seconds: int = Field(180, alias="adjustmentIntervalSeconds", ge=10,
+                                             description="seconds between the planner's scaling decisions")
+    prometheus_endpoint: Optional[str] = Field(
+        None, alias="prometheusEndpoint", pattern=allowed_as(r"^https?://[^\s]+$", "an http(s) URL, e.g. http://prometheus.monitoring.svc:9090"),
+        description="Prometheus that scrapes the frontend; default with kimi-k3:monitoring.stack install: its own")
+    image: Optional[str] = Field(None, min_length=1, description="planner image; default: recipes/autoscaling.yaml")
+
+    @field_validator("min_replicas")
+    @classmethod
+    def _at_least_one(cls, v: dict[str, int]) -> dict[str, int]:
+        for role, n in v.items():
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError(f"minReplicas.{role} = {n!r}: a graph without one of its roles serves nothing; "
+                                 "allowed: a whole number >= 1")
+        return v
+
+
 class ServingConfig(Strict):
     """`kimi-k3:serving`: the serving graph's knobs and overrides of the recipe."""
 
@@ -395,6 +426,7 @@ class ServingConfig(Strict):
     roles: dict[str, RoleOverride] = Field(default_factory=dict)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     preflight: PreflightConfig = Field(default_factory=PreflightConfig)
+    autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
 
 
 class AlertsConfig(Strict):

@@ -5,7 +5,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Optional
 
 from pydantic import Field, ValidationError
@@ -153,6 +153,7 @@ class ServingGraph:
     kv_transport: str = "nvlink"          # nvlink | efa (resolved from the recipe and the topology)
     kv_transport_reason: str = ""
     download_arch: tuple[str, ...] = NODE_ARCHES   # kubernetes.io/arch values the download image runs on
+    autoscaling: Any = None         # kimi_k3.autoscaling.Autoscaling when the SLA planner owns worker replicas
 
     @property
     def gpus(self) -> int:
@@ -506,7 +507,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         env=tuple(merge(merge({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, recipe.frontend.env), fe.env).items()),
         http_port=http_port, arch=frontend_arch,
     )
-    return ServingGraph(
+    graph = ServingGraph(
         stack=stack, recipe=cfg.recipe, name=name, namespace=cfg.serving.namespace,
         platform=platform, image=image, runtime_version=runtime_version, block_size=recipe.block_size,
         model_repo=cfg.model.repo, model_revision=cfg.model.revision, served_model_name=cfg.model.served_model_name,
@@ -518,6 +519,10 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         compile_cache=compile_cache,
         kv_transport=transport, kv_transport_reason=transport_reason, download_arch=download_arch,
     )
+    if cfg.serving.autoscaling.enabled:  # the SLA planner: bounds, config and profile data (kimi_k3/autoscaling.py)
+        from .autoscaling import resolve
+        graph = replace(graph, autoscaling=resolve(cfg, graph))
+    return graph
 
 
 def compile_cache_spec() -> dict[str, Any]:

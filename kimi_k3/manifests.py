@@ -491,9 +491,23 @@ def graph_deployment(graph: ServingGraph) -> Obj:
             "kimi-k3.io/gpus": str(graph.gpus),
             "kimi-k3.io/nodes": str(graph.nodes),
         }),
-        "spec": {"backendFramework": "vllm",
-                 "components": [_frontend_component(graph)] + [_worker_component(graph, r) for r in graph.roles]},
+        "spec": {"backendFramework": "vllm", "components": _components(graph)},
     }
+
+
+def _components(graph: ServingGraph) -> list[Obj]:
+    workers = [_worker_component(graph, r) for r in graph.roles]
+    if graph.autoscaling is None:
+        return [_frontend_component(graph)] + workers
+    from . import autoscaling
+    from .images import image_facts
+
+    # The planner runs where the frontend may (eks: the system nodes), on an architecture its image is built for.
+    built = image_facts(graph.autoscaling.image).arch
+    arches = [a for a in graph.frontend.arch if built is None or a in built]
+    planner = autoscaling.planner_component(graph, {GRAPH_LABEL: graph.name, **role_labels("planner")},
+                                            _node_affinity(_arch_requirement(arches)))
+    return [_frontend_component(graph), planner] + [autoscaling.hand_over_replicas(w) for w in workers]
 
 
 # ------------------------------------------------------------------------------------------ fabric preflight

@@ -84,12 +84,13 @@ class ScalingBounds:
 
 
 def scaling_bounds(graph: ServingGraph, reservation_nodes: Optional[int], gpus_per_node: int,
-                   replica_seconds: float) -> ScalingBounds:
-    minimum = {r.key: 1 for r in graph.roles}
+                   replica_seconds: float, minimum: Optional[dict[str, int]] = None) -> ScalingBounds:
+    """`minimum`: per role (default 1 each); each role's maximum leaves the others at theirs."""
+    minimum = dict(minimum or {r.key: 1 for r in graph.roles})
     if reservation_nodes is None:
         maximum = {r.key: r.replicas for r in graph.roles}
     else:
-        floor = sum(r.nodes_per_replica for r in graph.roles)  # every role at one replica
-        maximum = {r.key: 1 + (reservation_nodes - floor) // r.nodes_per_replica for r in graph.roles}
+        floor = sum(minimum[r.key] * r.nodes_per_replica for r in graph.roles)  # every role at its minimum
+        maximum = {r.key: minimum[r.key] + (reservation_nodes - floor) // r.nodes_per_replica for r in graph.roles}
     budget = None if reservation_nodes is None else reservation_nodes * gpus_per_node
     return ScalingBounds(minimum, maximum, budget, replica_seconds)

@@ -94,6 +94,17 @@ STACK_CASES = {
                                           ['capacityReservationId = "r-123"', "allowed: cr- then 8-17"]),
     "shared memory not a quantity": StackCase("gb300", append("  kimi-k3:serving:\n    roles:\n      decode:\n        sharedMemorySize: 16GB\n"),
                                               ['kimi-k3:serving.roles.decode.sharedMemorySize = "16GB"', "allowed: a Kubernetes quantity"]),
+    # The SLA planner (kimi-k3:serving.autoscaling): targets, a budget beyond the Capacity Block, minimums over it.
+    "autoscaling without targets": StackCase("gb300-disagg", append("  kimi-k3:serving:\n    autoscaling:\n      enabled: true\n"),
+                                             ["Pulumi.bad.yaml", "kimi-k3:serving.autoscaling.ttftMs: required",
+                                              "allowed: a target in milliseconds"]),
+    "autoscaling budget above the block": StackCase(
+        "gb300-disagg", append("  kimi-k3:serving:\n    autoscaling: {enabled: true, ttftMs: 30000, itlMs: 50, maxGpuBudget: 80}\n"),
+        ["Pulumi.bad.yaml", "kimi-k3:serving.autoscaling.maxGpuBudget = 80", "Capacity Block", "allowed: 1..72"]),
+    "autoscaling minimums above the budget": StackCase(
+        "gb300-disagg", append("  kimi-k3:serving:\n    autoscaling: {enabled: true, ttftMs: 30000, itlMs: 50, "
+                               "maxGpuBudget: 24, minReplicas: {decode: 3}}\n"),
+        ["Pulumi.bad.yaml", "kimi-k3:serving.autoscaling.minReplicas", "32 GPUs", "allowed: minimums within 24 GPUs"]),
     "unknown nested key, misspelt": StackCase("gb300", replace("ultraServerNodes:", "ultraServerNode:"),
                                               ["kimi-k3:cluster.gpuNodes.ultraServerNode", "unknown key",
                                                "did you mean 'ultraServerNodes'"]),

@@ -175,6 +175,11 @@ MUTATIONS = {
     "hf-token-from-secret": lambda o: main(o, "decode")["env"][1].update(value="hf_abc"),
     "serving-containers-unprivileged": lambda o: main(o, "decode").update(securityContext={"privileged": True}),
     "startup-budget-covers-load": lambda o: main(o, "decode")["startupProbe"].update(failureThreshold=30),
+    # the fighting form: a Planner scales the workers while this program still writes their replicas
+    "planner-owns-worker-replicas": lambda o: dgd_of(o)["spec"]["components"].append(
+        {"name": "Planner", "type": "planner", "replicas": 1, "podTemplate": {"spec": {"containers": [{
+            "name": "main", "image": "nvcr.io/nvidia/ai-dynamo/dynamo-planner:1.6.1",
+            "command": ["python3", "-m", "dynamo.planner"], "args": ["--config", "/workspace/c.json"]}]}}}),
     # the old form: this program named its graph after the recipe, so a recipe switch replaced it
     "graph-named-stably": lambda o: dgd_of(o)["metadata"].update(
         name="kimi-k3-gb300-disagg", labels={"app.kubernetes.io/part-of": "kimi-k3"}),

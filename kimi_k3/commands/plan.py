@@ -188,6 +188,8 @@ def _bounds(stack_name: str):
     from kimi_k3.stacks import load_stack
 
     cfg, graph = load_stack(stack_name)
+    if graph.autoscaling is not None:  # kimi-k3:serving.autoscaling: the planner's own bounds (kimi_k3/autoscaling.py)
+        return graph.autoscaling
     reservation = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes).max_nodes if cfg.cluster.mode == "eks" else None
     est = critical_path.estimates(cfg, graph)
     return rollout.scaling_bounds(graph, reservation, graph.platform.gpus_per_node,

@@ -1,5 +1,5 @@
 """Deployment rules for Dynamo + vLLM graphs: pure functions over Kubernetes objects, one module per family
-(topology, model_path, kv_transport, safety, upgrades; shared helpers in base). This module is the registry.
+(topology, model_path, kv_transport, safety, upgrades, autoscaling; shared helpers in base). This module is the registry.
 
 One implementation, two front ends: the CrossGuard pack (`policies/__main__.py`) and the offline
 checker (`kimi-k3 check`). Importing this module has no side effects.
@@ -24,6 +24,7 @@ from policies.rules.model_path import check_env_refs_provable, check_frontend_re
 from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_kv_transport_consistent, check_nvlink_kv_roles_share_compute_domain, check_efa_uses_libfabric, check_frontend_block_size_matches_workers, check_kv_router_has_kv_events, check_no_removed_flags, check_ucx_settings_consistent
 from policies.rules.upgrades import TRANSITION_RULES, TransitionRule, check_graph_named_stably, run_transition_rules
 from policies.rules.access import check_aws_least_privilege
+from policies.rules.autoscaling import check_planner_owns_worker_replicas
 from policies.rules.safety import check_hf_token_from_secret, check_graph_await_reports_failure, check_pods_run_on_image_arch, check_job_await_reports_failure, check_images_pinned, check_model_cache_retained, check_runtime_version_declared, check_serving_containers_unprivileged, check_startup_budget_covers_load
 
 
@@ -101,6 +102,9 @@ RULES: tuple[Rule, ...] = (
     _rule("graph-await-reports-failure", "The graph is not awaited through pulumi.com/waitFor (which can only "
           "succeed or time out); a Job that fails on a pod that cannot run does the waiting.",
           check_graph_await_reports_failure),
+    _rule("planner-owns-worker-replicas", "With a Planner in the graph, worker components leave replicas unset and "
+          "opt into the scaling adapter, so `pulumi up` never writes back a count the planner chose.",
+          check_planner_owns_worker_replicas),
     _rule("graph-named-stably", "This program's DynamoGraphDeployment keeps one name whatever the recipe.",
           check_graph_named_stably),
     _rule("aws-least-privilege", "GPU nodes keep pods off the node role (IMDS hop limit 1), the VPC CNI and CSI "

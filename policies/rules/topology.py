@@ -6,6 +6,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from kimi_k3 import flags
 from kimi_k3.planner import memory_fit
+from policies.rules.autoscaling import planner_owned
 from policies.rules.base import (
     name_of, shown,
     CLIQUE_LABEL,
@@ -129,6 +130,11 @@ def check_gpu_totals_match_recipe(obj: Mapping, ctx: Context) -> Iterator[Result
         return
     if expected is None:
         yield Skipped(target_of(obj), f"no {GPUS_ANNOTATION} annotation: no recipe total to compare with")
+        return
+    owned = [name_of(c) for c in components(obj) if planner_owned(c)]
+    if owned:
+        yield Skipped(target_of(obj), f"replicas of {', '.join(owned)} are the planner's (scaling adapter): the "
+                      "total moves within its GPU budget (kimi_k3/autoscaling.py checks the budget against the block)")
         return
     total = sum(replicas(c) * node_count(c) * gpus(main_container(c)) for c in components(obj))
     if total != int(expected):
