@@ -13,6 +13,7 @@ only dotted map paths, pkg/await/await.go handleSSAIgnoreFields), so an `ignoreC
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from .data import recipe_file
 KEY = "kimi-k3:serving.autoscaling"
 PLANNER_COMPONENT = "Planner"
 NAMES = {"config": "kimi-k3-planner-config", "profile": "kimi-k3-planner-profile-data", "rbac": "kimi-k3-planner"}
+CONFIG_HASH = "kimi-k3.io/planner-config-hash"
 MAX_DECODE_BATCH = 256        # our recipes' --max-num-seqs: a decode batch never exceeds it (kimi_k3.perf)
 
 
@@ -291,8 +293,10 @@ def planner_component(graph, pod_labels: dict[str, str], affinity: Obj) -> Obj:
         "volumeMounts": [{"name": "planner-config", "mountPath": f["config_mount"], "readOnly": True},
                          {"name": "planner-profile-data", "mountPath": f["profile_mount"], "readOnly": True}],
     }
+    # The planner reads its config once at start: a changed config or profile changes the pod, which restarts it.
+    digest = hashlib.sha256(json.dumps([a.config_json, a.profile_files]).encode()).hexdigest()[:16]
     return {"name": PLANNER_COMPONENT, "type": "planner", "replicas": 1,
-            "podTemplate": {"metadata": {"labels": pod_labels}, "spec": {
+            "podTemplate": {"metadata": {"labels": pod_labels, "annotations": {CONFIG_HASH: digest}}, "spec": {
                 "affinity": affinity,
                 "volumes": [{"name": "planner-config", "configMap": {"name": NAMES["config"]}},
                             {"name": "planner-profile-data", "configMap": {"name": NAMES["profile"]}}],

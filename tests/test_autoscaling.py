@@ -62,6 +62,12 @@ def test_planner_component_and_workers_handed_over(autoscaled):
     # eks: the system nodes are amd64; the GPU nodes (arm64, tainted) never run the planner
     assert planner["podTemplate"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["amd64"]
+    # a changed budget or target reaches the planner (it reads its config once): the pod template changes
+    digest = planner["podTemplate"]["metadata"]["annotations"]["kimi-k3.io/planner-config-hash"]
+    other = render_with("gb300-disagg", cluster=cluster("gb300-disagg", desiredNodes=18),
+                        serving={"autoscaling": {**ON, "itlMs": 40}})
+    moved = next(c for c in dgd(other.objects)["spec"]["components"] if c["name"] == "Planner")
+    assert moved["podTemplate"]["metadata"]["annotations"]["kimi-k3.io/planner-config-hash"] != digest
     frontend = comps.pop("Frontend")
     assert frontend["replicas"] == 1 and "scalingAdapter" not in frontend
     for name, c in comps.items():   # PrefillWorker, DecodeWorker
