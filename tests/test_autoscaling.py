@@ -12,7 +12,7 @@ from conftest import ROOT, STACKS, assert_one_clear_error, by_kind, render_with,
 from kimi_k3 import autoscaling, perf, rollout
 from kimi_k3.config import parse_stack_config
 from kimi_k3.graph import build_graph
-from kimi_k3.planner import plan_role
+from kimi_k3.commands.plan import stack_plan
 from policies import rules
 
 ON = {"enabled": True, "ttftMs": 30000, "itlMs": 50}
@@ -124,12 +124,9 @@ def test_budget_and_floors_come_from_the_capacity_block_and_the_recipe(autoscale
 def test_profile_data_is_our_performance_model(autoscaled):
     p = profile_of(autoscaled.objects)
     pre, dec = p["prefill_raw_data.json"], p["decode_raw_data.json"]
-    graph = graph_of("gb300-disagg")
-    decode = next(r for r in graph.roles if r.key == "decode")
-    # the decode worker's KV tokens are what `kimi-k3 plan` computes for its TP group
-    assert dec["max_kv_tokens"] == plan_role("gb300", decode.tp, gpu_memory_utilization=decode.gpu_memory_utilization,
-                                             kv_cache_dtype=decode.kv_cache_dtype,
-                                             max_model_len=decode.max_model_len).single_request_tokens
+    # the decode worker's KV tokens are what `kimi-k3 plan gb300-disagg` computes for its TP group
+    plan = next(r for r in stack_plan("gb300-disagg").roles if r.spec.name == "decode")
+    assert dec["max_kv_tokens"] == plan.plan.single_request_tokens > 0
     # one point of each table equals the calibrated model at that point (kimi_k3.perf's public estimate path)
     layout = perf.Layout("gb300", "disagg", 8, 2, 8, 1)
     raw, _ = perf.raw_estimate(layout.point(pre["prefill_isl"][0], perf.DEFAULT_OSL, 1), live=False)
