@@ -304,8 +304,9 @@ class Estimate:
 
 def _kv_capacity(gpu: str, tp: int, context: int, gpu_memory_utilization: float, dcp: int = 1) -> int:
     from . import planner
+    # Workers as the recipes run them: --enable-prefix-caching (vLLM's "align" KDA state, 1536-token blocks at TP8).
     return planner.plan_role(gpu, tp, dcp=dcp, gpu_memory_utilization=gpu_memory_utilization,
-                             max_model_len=max(context, 1)).max_concurrent_requests(context)
+                             max_model_len=max(context, 1), prefix_caching=True).max_concurrent_requests(context)
 
 
 def estimate(layout: Layout, workload: Workload, *, gpu_memory_utilization: float = 0.9, dcp: int = 1,
@@ -491,7 +492,7 @@ def mocker_profile(layout: Layout, osl: int = DEFAULT_OSL, resolution: int = 24,
     lo, hi = fits[0], fits[-1]
     if max_active_kv_tokens is None:
         from . import planner
-        max_active_kv_tokens = planner.plan_role(layout.gpu, layout.tp).single_request_tokens
+        max_active_kv_tokens = planner.plan_role(layout.gpu, layout.tp, prefix_caching=True).single_request_tokens
 
     def grid(a: float, b: float) -> list[float]:
         return [a + (b - a) * k / (resolution - 1) for k in range(resolution)]
