@@ -145,11 +145,18 @@ def frontend_args(graph: ServingGraph, http_port: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def loopback_env(discovery_dir: str) -> dict[str, str]:
-    """Environment every process gets: discovery in a local directory, every advertised address on loopback."""
+def zmq_broker_url(xsub_port: int, xpub_port: int) -> str:
+    """DYN_ZMQ_BROKER_URL of the rehearsal's broker (kimi_k3/rehearse_broker.py), in the runtime's format
+    "xsub=<urls> , xpub=<urls>" (lib/runtime/src/transports/event_plane, parse_broker_url)."""
+    return f"xsub=tcp://{LOOPBACK}:{xsub_port} , xpub=tcp://{LOOPBACK}:{xpub_port}"
+
+
+def loopback_env(discovery_dir: str, broker_ports: tuple[int, int]) -> dict[str, str]:
+    """Environment every process gets: discovery in a local directory, every advertised address on loopback, and
+    the event plane through the loopback broker (direct ZMQ publishers would bind 0.0.0.0, with no setting)."""
     return {
         "DYN_DISCOVERY_BACKEND": "file", "DYN_FILE_KV": discovery_dir,
-        "DYN_REQUEST_PLANE": "tcp", "DYN_EVENT_PLANE": "zmq",
+        "DYN_REQUEST_PLANE": "tcp", "DYN_EVENT_PLANE": "zmq", "DYN_ZMQ_BROKER_URL": zmq_broker_url(*broker_ports),
         # What the runtime advertises and binds (lib/runtime: tcp request server, ZMQ event publishers, response
         # streams, the system status server); DYN_HTTP_RPC_HOST is the mocker's disaggregation bootstrap host.
         "DYN_TCP_RPC_HOST": LOOPBACK, "DYN_EVENT_PLANE_HOST": LOOPBACK, "DYN_TCP_RESPONSE_STREAM_HOST": LOOPBACK,

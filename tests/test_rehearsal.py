@@ -117,10 +117,12 @@ def test_mocker_args_take_a_perf_profile_and_speedup():
 
 
 def test_every_address_the_runtime_advertises_is_loopback():
-    env = rehearsal.loopback_env("/tmp/kv")
+    env = rehearsal.loopback_env("/tmp/kv", (30001, 30002))
     hosts = {k: v for k, v in env.items() if k.endswith("_HOST")}
     assert set(hosts) >= {"DYN_TCP_RPC_HOST", "DYN_EVENT_PLANE_HOST", "DYN_TCP_RESPONSE_STREAM_HOST", "DYN_SYSTEM_HOST"}
     assert set(hosts.values()) == {"127.0.0.1"}
+    # the event plane in broker mode (publishers connect, listen on nothing), to the loopback broker
+    assert env["DYN_ZMQ_BROKER_URL"] == "xsub=tcp://127.0.0.1:30001 , xpub=tcp://127.0.0.1:30002"
     assert env["HF_ENDPOINT"].startswith("http://127.0.0.1:") and env["HF_HUB_OFFLINE"] == "1"
     assert env["DYN_FILE_KV"] == "/tmp/kv" and env["DYN_DISCOVERY_BACKEND"] == "file"
 

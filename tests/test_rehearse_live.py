@@ -55,6 +55,40 @@ def listening_ports() -> set[int]:
     return ports
 
 
+def _inet(hex_addr: str) -> str:
+    """/proc/net/tcp{,6} "0100007F:1F90" -> "127.0.0.1" (the address only)."""
+    import ipaddress
+    raw = bytes.fromhex(hex_addr.split(":")[0])
+    # the kernel prints each 32-bit word in host (little-endian) order
+    return str(ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))))
+
+
+def listeners_of_run(out: Path) -> dict[str, set[str]]:
+    """Every listening TCP socket (and bound UDP socket) of the run's processes: {"PID command": {address:port}},
+    read from each process's own network namespace's tables and matched to the sockets it holds."""
+    found: dict[str, set[str]] = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if f"{MARKER}={out}".encode() not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                continue
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:100]
+            inodes = set()
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                m = re.match(r"socket:\[(\d+)\]", os.readlink(f"/proc/{pid}/fd/{fd}"))
+                if m:
+                    inodes.add(m.group(1))
+            for table in ("tcp", "tcp6", "udp", "udp6"):
+                for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                    f = line.split()
+                    if f[9] in inodes and (table.startswith("udp") or f[3] == "0A"):
+                        found.setdefault(f"{pid} {cmd}", set()).add(f"{_inet(f[1])}:{int(f[1].rsplit(':', 1)[1], 16)}")
+        except OSError:   # the process ended while we looked
+            continue
+    return found
+
+
 def rehearse(out: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kimi_k3", "rehearse", *args, "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
@@ -202,4 +236,34 @@ def test_host_network_fallback_serves_on_loopback(tmp_path):
     logs = re.sub(r"\x1b\[[0-9;]*m", "", "".join(p.read_text(errors="replace") for p in (out / "logs").iterdir()))
     addresses = re.findall(r"shared TCP server on ([0-9.]+):", logs) + re.findall(r"public_endpoint=tcp://([0-9.]+):", logs)
     assert addresses and set(addresses) == {"127.0.0.1"}, addresses
+    assert_nothing_left(out)
+
+
+def test_every_listening_socket_is_on_loopback(tmp_path):
+    """On the host's network, where it matters: every socket any process of the run listens on (frontend, mockers,
+    the event-plane broker, AIPerf) is bound to 127.0.0.1, sampled through the whole run. Dynamo's direct ZMQ
+    publishers bound 0.0.0.0 (three per mocker) before the event plane went through the loopback broker."""
+    out = tmp_path / "sockets"
+    proc = subprocess.Popen([sys.executable, "-m", "kimi_k3", "rehearse", "gb300-disagg", "--out", str(out),
+                             "--host-network", "--runs", "agentic", "--requests", "16", "--duration", "60",
+                             "--concurrency", "4"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    seen: dict[str, set[str]] = {}
+    try:
+        deadline = time.monotonic() + 400
+        while proc.poll() is None and time.monotonic() < deadline:
+            for cmd, addrs in listeners_of_run(out).items():
+                seen.setdefault(cmd, set()).update(addrs)
+            time.sleep(0.3)
+        stdout, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stdout[-3000:]
+    kinds = {k for k in ("rehearse_broker", "dynamo.frontend", "dynamo.mocker", "aiperf") if any(k in c for c in seen)}
+    assert kinds >= {"rehearse_broker", "dynamo.frontend", "dynamo.mocker"}, seen
+    assert sum("dynamo.mocker" in c for c in seen) == 3, seen   # 1 prefill + 2 decode, each sampled
+    outside = {cmd: sorted(a for a in addrs if not a.startswith(("127.0.0.1:", "::1:")))
+               for cmd, addrs in seen.items()}
+    assert not any(outside.values()), {c: a for c, a in outside.items() if a}
     assert_nothing_left(out)

@@ -31,6 +31,7 @@ VENV_ENV = "KIMI_K3_REHEARSE_PYTHON"      # python of the rehearsal venv (defaul
 NETNS_ENV = "KIMI_K3_REHEARSE_NETNS"      # set once the command runs inside its own network namespace
 MARKER_ENV = "KIMI_K3_REHEARSAL"          # set in every child: tests find leftovers by it in /proc/*/environ
 FIXTURE = Path(rehearsal.__file__).with_name("rehearse_fixture.py")
+BROKER = Path(rehearsal.__file__).with_name("rehearse_broker.py")   # the event plane's loopback-only broker
 
 
 class RehearsalFailed(Exception):
@@ -66,7 +67,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-load", dest="load", action="store_false", help="skip AIPerf (ready + smoke test only)")
     p.add_argument("--host-network", action="store_true",
                    help="run on the host's loopback instead of a private network namespace (the default where "
-                        "`unshare` works): the runtime binds its ZMQ event publishers to 0.0.0.0")
+                        "`unshare` works); every listener binds 127.0.0.1 either way")
     p.set_defaults(func=run)
     return p
 
@@ -294,7 +295,8 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                                     model_path=str(model_dir), speedup_ratio=args.speedup_ratio,
                                     perf_profile=args.perf_profile)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DYN_", "HF_", "AIPERF_"))}
-    env.update(rehearsal.loopback_env(str(discovery)))
+    broker_ports = (free_port(), free_port())
+    env.update(rehearsal.loopback_env(str(discovery), broker_ports))
     env[MARKER_ENV] = str(out)
     # TMPDIR of every child (AIPerf's memory-mapped datasets and IPC sockets: a short path, sun_path holds 107
     # bytes); removed at exit.
@@ -322,6 +324,8 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         if fixture.returncode != 0:
             raise RehearsalFailed(f"building the tokenizer fixture failed: {fixture.stderr[-2000:]}")
         say(f"[{time.monotonic() - started:5.1f}s] tokenizer fixture in {model_dir}")
+        # The event plane's broker first: publishers and subscribers connect to it (ZMQ reconnects if they win).
+        procs.start("zmq-broker", [str(python), str(BROKER), *map(str, broker_ports)])
         for p in plan.processes:
             procs.start(p.name, [str(python), "-m", p.module, *p.args], dict(p.env))
         say(f"[{time.monotonic() - started:5.1f}s] started {len(plan.processes)} processes")
@@ -417,9 +421,9 @@ def loopback_up() -> None:
 
 
 def enter_private_network(argv: list[str], say: Callable[[str], None]) -> None:
-    """Re-run this command inside a new user + network namespace whose only interface is loopback, so no listener
-    (Dynamo's ZMQ publishers bind 0.0.0.0: lib/runtime/src/transports/event_plane) is reachable from elsewhere and
-    nothing can reach another address. Returns (and the run stays on the host's loopback) where that is impossible."""
+    """Re-run this command inside a new user + network namespace whose only interface is loopback, so nothing can
+    reach another address, whatever a process binds (every listener of the graph binds 127.0.0.1: the event plane
+    goes through the loopback broker). Returns (and the run stays on the host's loopback) where that is impossible."""
     probe = ["unshare", "--user", "--map-root-user", "--net", "true"]
     try:
         ok = subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
