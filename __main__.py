@@ -102,7 +102,8 @@ else:
         if cfg.serving.smoke_test else None,
         watch_image=cfg.model.download_image, node_selector=aws.SYSTEM_LABELS if eks else None,
         benchmark=BenchmarkArgs(cfg.serving.benchmark, aws.SYSTEM_LABELS if eks else None)
-        if cfg.serving.benchmark.enabled else None), opts=k8s_only)
+        if cfg.serving.benchmark.enabled else None,
+        weights_ready=[cache.download, *storage_ready]), opts=k8s_only)
 
     # Monitors, alert rules and dashboards for every serving pod; kube-prometheus-stack unless the cluster has its own.
     if monitoring.stack_mode(cfg) != "none":

@@ -38,7 +38,8 @@ class ServingGraphArgs:
                  nodes_ready: Sequence[pulumi.Resource] = (), gpu_nodes_ready: Sequence[pulumi.Resource] = (),
                  gpu_node_selector: Optional[dict[str, str]] = None,
                  smoke_test: Optional[SmokeTestArgs] = None, watch_image: str = "",
-                 node_selector: Optional[dict[str, str]] = None, benchmark: Optional[BenchmarkArgs] = None):
+                 node_selector: Optional[dict[str, str]] = None, benchmark: Optional[BenchmarkArgs] = None,
+                 weights_ready: Sequence[pulumi.Resource] = ()):
         """
         :param graph: roles, TP, nodes, flags and env of the selected recipe with stack overrides.
         :param platform_ready: what ComputeDomains and the graph need to be accepted (the namespace, the DRA
@@ -53,8 +54,11 @@ class ServingGraphArgs:
         :param watch_image: image of the graph-ready Job (Python 3, stdlib only: the download image).
         :param node_selector: where that Job runs (eks: the system nodes).
         :param benchmark: run the AIPerf benchmark Job after the smoke test (None: no Job).
+        :param weights_ready: what the node-local weights prefetch needs besides the GPU nodes (the verified
+            checkpoint: the download Job); used when the graph has node_local_weights.
         """
         self.benchmark = benchmark
+        self.weights_ready = list(weights_ready)
         self.gpu_nodes_ready = list(gpu_nodes_ready)
         self.gpu_node_selector = gpu_node_selector
         self.watch_image = watch_image
@@ -110,9 +114,23 @@ class ServingGraph(pulumi.ComponentResource):
             planner = [register(f"{name}-planner-{o['kind'].lower()}-{o['metadata']['name']}", o,
                                 pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready[:1]))
                        for o in autoscaling.config_maps(g) + autoscaling.rbac(g)]
+        # Node-local weights: every GPU node copies the verified checkpoint onto its NVMe (each byte over the Local
+        # Zone link once, the rest between peers) while the image pulls and the fabric preflight runs; the graph
+        # starts when every node holds it (the DaemonSet's rollout, awaited by pulumi-kubernetes).
+        local = []
+        if g.node_local_weights:
+            script, peers, ds = manifests.weights_prefetch_objects(g, args.watch_image, args.gpu_node_selector)
+            prefetch_deps = [*args.gpu_nodes_ready, *args.weights_ready]
+            parts = [register(f"{name}-weights-prefetch-script", script,
+                              pulumi.ResourceOptions(parent=self, depends_on=prefetch_deps)),
+                     register(f"{name}-weights-peers", peers,
+                              pulumi.ResourceOptions(parent=self, depends_on=prefetch_deps))]
+            self.prefetch = register(f"{name}-weights-prefetch", ds, pulumi.ResourceOptions(
+                parent=self, depends_on=[*prefetch_deps, *parts]))
+            local = [self.prefetch]
         self.deployment = register(f"{name}-deployment", manifests.graph_deployment(g), pulumi.ResourceOptions(
             parent=self, depends_on=args.platform_ready + args.workers_ready + domains + checks + [self.prepull]
-            + planner))
+            + planner + local))
         *access, job = manifests.graph_watch_objects(g, args.watch_image, args.node_selector)
         watch = [register(f"{name}-watch-{o['kind'].lower()}", o, pulumi.ResourceOptions(
             parent=self, depends_on=args.platform_ready[:1])) for o in access]

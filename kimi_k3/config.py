@@ -226,6 +226,10 @@ class StorageConfig(Strict):
     compile_cache: Optional[Literal["efs", "none"]] = Field(
         None, alias="compileCache", description="shared volume for DeepGEMM/FlashInfer/torch.compile/Triton caches, "
         "keyed by image and flags: efs (default in eks mode) or none (pod-local, every start compiles)")
+    node_local_weights: Optional[bool] = Field(
+        None, alias="nodeLocalWeights", description="copy the verified checkpoint onto every GPU node's instance-store "
+        "NVMe before the workers start (the weights-prefetch DaemonSet; each byte crosses the Local Zone link once) "
+        "and load it from there: default true in eks mode (its GPU nodes have the RAID0), false elsewhere")
 
     @model_validator(mode="after")
     def _rwx_capable(self) -> "StorageConfig":
@@ -239,6 +243,10 @@ class StorageConfig(Strict):
     def resolved_compile_cache(self, mode: str) -> str:
         """efs (a shared volume of the stack) in eks mode unless turned off; none elsewhere."""
         return self.compile_cache or ("efs" if mode == "eks" and self.resolved_kind != "existing" else "none")
+
+    def resolved_node_local_weights(self, mode: str) -> bool:
+        """Only eks mode knows where the GPU nodes' instance store is mounted (its launch template builds the RAID0)."""
+        return mode == "eks" and (self.node_local_weights is not False)
 
     @property
     def resolved_kind(self) -> str:

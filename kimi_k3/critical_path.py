@@ -16,7 +16,7 @@ from .data import recipe_file
 from . import aws, planner
 from .config import StackConfig
 from .graph import role_flag
-from .manifests import PREPULL_COMPONENT
+from .manifests import PREFETCH_COMPONENT, PREPULL_COMPONENT
 
 HELM_KEYS = {"gpu-operator": "helm_gpu_operator", "aws-efa-k8s-device-plugin": "helm_efa_device_plugin",
              "dra-driver-nvidia-gpu": "helm_dra_driver", "dynamo-platform": "helm_dynamo_platform"}
@@ -44,6 +44,9 @@ class Estimates:
     load_what: str = "weights load (planner)"
     warmup_key: str = "worker_warmup"          # worker_warmup_cached on a re-deploy with a compile cache
     compile_cache: bool = False
+    prefetch_seconds: float = 0.0  # the weights-prefetch DaemonSet: every GPU node holding the checkpoint
+    prefetch_what: str = ""
+    node_local: bool = False       # workers load the node-local copy
 
     def of(self, key: str) -> float:
         return self.seconds[key]
@@ -69,9 +72,39 @@ def link_gbps(cfg: StackConfig) -> Optional[float]:
     return cfg.estimates.local_zone_link_gbps or planner.local_zone_link_gbps()
 
 
+def prefetch_estimate(cfg: StackConfig, graph, start_seconds: float) -> tuple[float, str]:
+    """(seconds, what) for the weights-prefetch DaemonSet (kimi_k3/weights_prefetch.py): the N GPU nodes read the
+    checkpoint from the bucket once between them (file i by node i mod N), bounded by the Local Zone link and N
+    nodes' ENA, then each receives the (N-1)/N it did not read from its peers. The two phases overlap in practice
+    (a peer serves a file as soon as it holds it); they are added here."""
+    m = planner.load_model_facts()
+    checkpoint, nodes = planner.checkpoint_bytes(m), max(graph.nodes, 1)
+    backend, link = weights_backend(cfg), link_gbps(cfg)
+    bucket_gbps = nodes * backend.per_client_gbps
+    if backend.shared and backend.aggregate_gbps is not None:
+        bucket_gbps = min(bucket_gbps, backend.aggregate_gbps)
+    if link is not None:
+        bucket_gbps = min(bucket_gbps, link)
+    peer_gbps = float(recipe_file("storage.yaml")["nvme"]["peer_gbps"])
+    peer_bytes = checkpoint * (nodes - 1) / nodes
+    seconds = start_seconds + checkpoint / (bucket_gbps * planner.GB) + peer_bytes / (peer_gbps * planner.GB)
+    where = "over the Local Zone link" if link is not None else f"from {backend.name}"
+    return seconds, (f"weights_prefetch_start + {checkpoint / 1e12:.2f} TB once {where} at {bucket_gbps:g} GB/s + "
+                     f"{peer_bytes / 1e12:.2f} TB from peers per node at {peer_gbps:g} GB/s")
+
+
 def load_estimate(cfg: StackConfig, graph) -> tuple[float, str]:
     """(seconds, what) for every worker pod of the graph reading its share of the weights at once."""
     m = planner.load_model_facts()
+    if getattr(graph, "node_local_weights", False):
+        # Each pod reads its share from its own node's NVMe copy: nothing shared, nothing over the link.
+        nvme = planner.load_storage_backends()["nvme"]
+        per_pod = max((planner.bytes_per_pod(m, r.tp, r.gpus_per_node, role_flag(r, "--load-format", "auto"))
+                       for r in graph.roles if r.replicas), default=0)
+        if not per_pod:
+            return 0.0, "no workers"
+        return per_pod / (nvme.per_client_gbps * planner.GB), \
+            f"node-local nvme: {per_pod / planner.GB:.0f} GB/pod at {nvme.per_client_gbps:g} GB/s"
     backend, link = weights_backend(cfg), link_gbps(cfg)
     reads = [(planner.bytes_per_pod(m, r.tp, r.gpus_per_node, role_flag(r, "--load-format", "auto")), r.nodes)
              for r in graph.roles if r.replicas]
@@ -102,9 +135,12 @@ def estimates(cfg: StackConfig, graph) -> Estimates:
     fetch = seconds["fetcher_start"] + checkpoint / max(fetchers, 1) / (gbps * planner.GB)
     load, what = load_estimate(cfg, graph)
     cache = bool(getattr(graph, "compile_cache", False))
+    local = bool(getattr(graph, "node_local_weights", False))
+    prefetch, prefetch_what = prefetch_estimate(cfg, graph, seconds["weights_prefetch_start"]) if local else (0.0, "")
     return Estimates(seconds=seconds, download_gbps=job_gbps, download_seconds=checkpoint / (job_gbps * planner.GB),
                      load_seconds=load, fetch_seconds=fetch, fetchers=fetchers, fetch_gbps=gbps, load_what=what,
-                     compile_cache=cache, warmup_key="worker_warmup")
+                     compile_cache=cache, warmup_key="worker_warmup", prefetch_seconds=prefetch,
+                     prefetch_what=prefetch_what, node_local=local)
 
 
 def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
@@ -136,6 +172,8 @@ def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
         if downloads_from_hub(inputs):
             return est.download_seconds + verify, f"download {est.download_gbps:g} GB/s + verify"
         return verify, "verify_checkpoint (pre-staged weights, no download)"
+    if t == "kubernetes:apps/v1:DaemonSet" and _component(r) == PREFETCH_COMPONENT:
+        return est.prefetch_seconds, est.prefetch_what
     if t == "kubernetes:apps/v1:DaemonSet" and is_image_prepull(r):
         return est.of("image_pull"), "image_pull (runtime image onto the GPU nodes)"
     if t.endswith(":DynamoGraphDeployment") and "pulumi.com/skipAwait" not in _annotations(inputs):
@@ -154,9 +192,12 @@ def is_fetcher(r: dict[str, Any]) -> bool:
     return r.get("inputs", {}).get("tags", {}).get("kimi-k3/role") == FETCHER_ROLE
 
 
+def _component(r: dict[str, Any]) -> Optional[str]:
+    return r.get("inputs", {}).get("metadata", {}).get("labels", {}).get("app.kubernetes.io/component")
+
+
 def is_image_prepull(r: dict[str, Any]) -> bool:
-    labels = r.get("inputs", {}).get("metadata", {}).get("labels", {})
-    return labels.get("app.kubernetes.io/component") == PREPULL_COMPONENT
+    return _component(r) == PREPULL_COMPONENT
 
 
 def _annotations(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -295,7 +336,10 @@ def report(resources: list[dict[str, Any]], cfg: StackConfig, graph) -> list[str
     out = fresh.lines()
     out[0] = out[0][:-2] + f"; {verdict(fresh.total_seconds, g['fresh_seconds'])}):"
     redo = again.lines()
-    redo[0] = (f"re-deploy (cluster, weights, image{' and compile caches' if est.compile_cache else ''} in place; "
+    kept = ["cluster", "weights" + (" (node-local copies too)" if est.node_local else ""), "image"]
+    if est.compile_cache:
+        kept.append("compile caches")
+    redo[0] = (f"re-deploy ({', '.join(kept[:-1])} and {kept[-1]} in place; "
                f"estimated time to first token {fmt(again.total_seconds)}; "
                f"{verdict(again.total_seconds, g['redeploy_seconds'])}):")
     return out + redo

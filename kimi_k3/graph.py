@@ -150,6 +150,7 @@ class ServingGraph:
     ready_timeout_seconds: int
     download_timeout_seconds: int
     compile_cache: bool = False     # workers mount the shared compile-cache volume (kimi-k3:storage.compileCache)
+    node_local_weights: bool = False   # workers load a node-local NVMe copy (kimi-k3:storage.nodeLocalWeights)
     kv_transport: str = "nvlink"          # nvlink | efa (resolved from the recipe and the topology)
     kv_transport_reason: str = ""
     download_arch: tuple[str, ...] = NODE_ARCHES   # kubernetes.io/arch values the download image runs on
@@ -517,6 +518,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         ready_timeout_seconds=cfg.serving.ready_timeout_seconds,
         download_timeout_seconds=cfg.serving.download_timeout_seconds,
         compile_cache=compile_cache,
+        node_local_weights=cfg.storage.resolved_node_local_weights(cfg.cluster.mode),
         kv_transport=transport, kv_transport_reason=transport_reason, download_arch=download_arch,
     )
     if cfg.serving.autoscaling.enabled:  # the SLA planner: bounds, config and profile data (kimi_k3/autoscaling.py)

@@ -11,6 +11,8 @@ from . import workload
 from .graph import Role, ServingGraph, compile_cache_spec
 from .monitoring import role_labels
 from .images import kube_arch
+from .data import recipe_file
+from .weights_prefetch import READY_MARKER as PREFETCH_READY_MARKER
 
 PART_OF = {"app.kubernetes.io/part-of": "kimi-k3"}
 NVLINK_GROUP_LABEL = "kimi-k3.io/nvlink-group"
@@ -56,6 +58,8 @@ NAMES = {
     "benchmark": "kimi-k3-benchmark",
     "watch": "kimi-k3-graph-watch",
     "ready": "kimi-k3-graph-ready",
+    "prefetch": "kimi-k3-weights-prefetch",
+    "peers": "kimi-k3-weights-peers",
 }
 COMPILE_CACHE_VOLUME = "compile-cache"
 COMPILE_CACHE_GI = 100                     # what the compile-cache PV/PVC advertise (EFS is elastic)
@@ -63,6 +67,10 @@ COMPILE_CACHE_GI = 100                     # what the compile-cache PV/PVC adver
 # 3.10 as pinned by Kubernetes 1.34's kubeadm constants), multi-arch.
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 PREPULL_COMPONENT = "image-prepull"         # kimi_k3.critical_path charges image_pull to it
+PREFETCH_COMPONENT = "weights-prefetch"     # kimi_k3.critical_path charges the node-local copy to it
+PREFETCH_SCRIPT = Path(__file__).with_name("weights_prefetch.py")
+PREFETCH_PORT = 8080                        # peers copy each other's files over the pod network
+REMOTE_CACHE_VOLUME = "model-cache-remote"  # the bucket (model-cache PVC) beside a node-local copy
 GRAPH_LABEL = "kimi-k3.io/graph"           # on every pod of the graph: what the graph-ready Job watches
 WATCH_SCRIPT = Path(__file__).with_name("graph_watch.py")
 
@@ -443,6 +451,8 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
         "resources": {**_resources(role.gpus_per_node, role.cpu, role.memory, role.efa_devices),
                       "claims": [{"name": CHANNEL_CLAIM}]},
         "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, "readOnly": True}]
+        + ([{"name": REMOTE_CACHE_VOLUME, "mountPath": remote_cache_path(graph), "readOnly": True}]
+           if graph.node_local_weights else [])
         + ([{"name": COMPILE_CACHE_VOLUME, "mountPath": compile_cache_spec()["mount_path"],
              "subPath": role.compile_cache_key}]   # kubelet creates the directory on first use
            if graph.compile_cache else []),
@@ -467,8 +477,7 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
             "spec": {
                 **_gpu_group_placement(graph, role, {NVLINK_GROUP_LABEL: role.nvlink_group}),
                 "terminationGracePeriodSeconds": 60,
-                "volumes": [{"name": CACHE_VOLUME, "persistentVolumeClaim": {
-                    "claimName": NAMES["pvc"], "readOnly": True}}]
+                "volumes": _weights_volumes(graph)
                 + ([{"name": COMPILE_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": NAMES["compile_cache"]}}]
                    if graph.compile_cache else []),
                 "containers": [container],
@@ -478,6 +487,102 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
     if graph.runtime_version:
         component["runtimeVersionOverride"] = graph.runtime_version
     return component
+
+
+def _weights_volumes(graph: ServingGraph) -> list[Obj]:
+    """The workers' model cache: the bucket's read-only PVC, or (node-local weights) this node's copy on the
+    instance-store NVMe, read-only, at the same path, with the bucket beside it (files not yet copied are links
+    into it). Type Directory: a worker never starts on a node whose prefetch pod has not laid the tree out."""
+    pvc = {"persistentVolumeClaim": {"claimName": NAMES["pvc"], "readOnly": True}}
+    if not graph.node_local_weights:
+        return [{"name": CACHE_VOLUME, **pvc}]
+    return [{"name": CACHE_VOLUME, "hostPath": {"path": node_local_dir(graph), "type": "Directory"}},
+            {"name": REMOTE_CACHE_VOLUME, **pvc}]
+
+
+def remote_cache_path(graph: ServingGraph) -> str:
+    return f"{graph.cache_mount_path}-remote"
+
+
+def node_local_root() -> str:
+    """Host directory of the node-local copies, on the GPU nodes' instance-store RAID0 (recipes/storage.yaml)."""
+    return recipe_file("storage.yaml")["nvme"]["host_path"]
+
+
+def node_local_dir(graph: ServingGraph) -> str:
+    """One directory per revision; the workers mount it at the model-cache path."""
+    return f"{node_local_root()}/{graph.model_revision}"
+
+
+def model_dir_name(graph: ServingGraph) -> str:
+    """The checkpoint's directory under the model-cache mount (<repo>, or <repo>@<revision>)."""
+    return graph.model_path[len(graph.cache_mount_path) + 1:]
+
+
+def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dict[str, str] | None = None) -> list[Obj]:
+    """ConfigMap (kimi_k3/weights_prefetch.py), the headless Service its peers find each other by, and the DaemonSet
+    that copies the verified checkpoint onto every GPU node's NVMe. A pod is Ready when its node holds the whole
+    checkpoint (or cannot: then its workers read the bucket through links), so the graph that waits for the
+    DaemonSet starts on local weights."""
+    n = NAMES
+    labels = {**PART_OF, "app.kubernetes.io/component": PREFETCH_COMPONENT}
+    selector = {"app.kubernetes.io/name": n["prefetch"]}
+    remote = remote_cache_path(graph)
+    local_mount = "/node-local"
+    script = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(graph, f"{n['prefetch']}-script"),
+              "data": {PREFETCH_SCRIPT.name: PREFETCH_SCRIPT.read_text()}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": _meta(graph, n["peers"]),
+               # Peers are listed before they are Ready: Ready means "done", and they copy from each other first.
+               "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector,
+                        "ports": [{"name": "peer", "port": PREFETCH_PORT}]}}
+    env = _env([("SOURCE", f"{remote}/{model_dir_name(graph)}"), ("LOCAL_ROOT", local_mount),
+                ("MODEL_REPO", model_dir_name(graph)), ("MODEL_REVISION", graph.model_revision),
+                ("PEERS_DNS", f"{n['peers']}.{graph.namespace}.svc.cluster.local"),
+                ("EXPECTED_PEERS", str(graph.nodes)), ("PORT", str(PREFETCH_PORT)), ("THREADS", "16"),
+                ("PEER_WAIT_SECONDS", "600"), ("PYTHONUNBUFFERED", "1")])
+    env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    placement: Obj = ({"nodeSelector": dict(node_selector)} if node_selector else
+                      {"affinity": _node_affinity({"key": "nvidia.com/gpu.product", "operator": "In",
+                                                   "values": [graph.platform.gpu_product_label]})})
+    container = {
+        "name": "prefetch", "image": image, "command": ["python3", f"/scripts/{PREFETCH_SCRIPT.name}"], "env": env,
+        "ports": [{"name": "peer", "containerPort": PREFETCH_PORT}],
+        "readinessProbe": {"exec": {"command": ["test", "-f", f"{local_mount}/{graph.model_revision}/{PREFETCH_READY_MARKER}"]},
+                           "periodSeconds": 10},
+        "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "16Gi"}},
+        # Root (uid 0) owns the host directory kubelet creates; no capability beyond that.
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": "scripts", "mountPath": "/scripts", "readOnly": True},
+                         {"name": REMOTE_CACHE_VOLUME, "mountPath": remote, "readOnly": True},
+                         {"name": "node-local", "mountPath": local_mount}],
+    }
+    daemonset = {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        # pulumi-kubernetes awaits the rollout (every pod Ready = every node holds the checkpoint); the copy may
+        # take longer than its default timeout.
+        "metadata": _meta(graph, n["prefetch"], annotations={"pulumi.com/timeoutSeconds": str(
+            graph.download_timeout_seconds)}) | {"labels": labels},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": {**labels, **selector}},
+                "spec": {
+                    **placement,
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [container],
+                    "terminationGracePeriodSeconds": 5,
+                    "volumes": [{"name": "scripts", "configMap": {"name": f"{n['prefetch']}-script"}},
+                                {"name": REMOTE_CACHE_VOLUME, "persistentVolumeClaim": {
+                                    "claimName": n["pvc"], "readOnly": True}},
+                                {"name": "node-local", "hostPath": {"path": node_local_root(),
+                                                                    "type": "DirectoryOrCreate"}}],
+                },
+            },
+        },
+    }
+    return [script, service, daemonset]
 
 
 def graph_deployment(graph: ServingGraph) -> Obj:

@@ -1,6 +1,7 @@
 """The critical-path report: computed from resources.json edges, with durations from config and the planner."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -89,11 +90,15 @@ def test_durations_come_from_config_and_the_planner(rendered):
     ckpt = planner.checkpoint_bytes(m)
     # 4 fetchers, each a quarter of the checkpoint at the public hf_xet per-host figure (2.18 GB/s), after starting.
     assert est.fetch_seconds == pytest.approx(120 + ckpt / 4 / (2.18 * 1e9))
-    # fastsafetensors: each TP8 replica reads the checkpoint once, a 4-GPU pod half of it (780 GB at 10 GB/s from
-    # S3); the 3 replicas' 4.68 TB cross the Local Zone link (assumed 12.5 GB/s), which binds.
-    assert est.load_seconds == pytest.approx(max(ckpt / 2 / 10e9, 3 * ckpt / 12.5e9))
+    # Node-local weights (the stacks): each 4-GPU pod of a TP8 replica reads its half (780 GB) from its node's NVMe.
+    assert est.load_seconds == pytest.approx(ckpt / 2 / 21e9)
+    # Read from the bucket instead (nodeLocalWeights false): fastsafetensors, each TP8 replica reads the checkpoint
+    # once, a 4-GPU pod half of it (780 GB at 10 GB/s from S3); the 3 replicas' 4.68 TB cross the Local Zone link
+    # (assumed 12.5 GB/s), which binds.
+    remote = dataclasses.replace(graph, node_local_weights=False)
+    assert cp.estimates(cfg, remote).load_seconds == pytest.approx(max(ckpt / 2 / 10e9, 3 * ckpt / 12.5e9))
     fast = cfg.model_copy(update={"estimates": cfg.estimates.model_copy(update={"local_zone_link_gbps": 1000})})
-    assert cp.estimates(fast, graph).load_seconds == pytest.approx(ckpt / 2 / 10e9), "then the per-node rate binds"
+    assert cp.estimates(fast, remote).load_seconds == pytest.approx(ckpt / 2 / 10e9), "then the per-node rate binds"
     slow = cfg.model_copy(update={"estimates": cfg.estimates.model_copy(update={"download_gbps": 0.01,
                                                                                  "seconds": {"worker_warmup": 0}})})
     slow_est = cp.estimates(slow, graph)
@@ -166,7 +171,7 @@ def test_render_prints_the_critical_path(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "critical path (estimated time to first token" in proc.stdout and "goal <= 45m00s" in proc.stdout
-    assert "re-deploy (cluster, weights, image and compile caches in place" in proc.stdout
+    assert "re-deploy (cluster, weights (node-local copies too), image and compile caches in place" in proc.stdout
     assert "goal <= 10m00s" in proc.stdout and "kimi-k3-serving-ready" in proc.stdout
 
 

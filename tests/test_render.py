@@ -82,12 +82,17 @@ def test_model_path_is_absolute_under_the_read_only_cache_mount(stack, rendered)
         main = main_container(c)
         cache_volumes = {v["name"] for v in spec["volumes"]
                          if v.get("persistentVolumeClaim", {}).get("claimName") == pvc["metadata"]["name"]}
-        mounts = [m for m in main["volumeMounts"] if m["name"] in cache_volumes]
+        # eks mode: the node-local copy (hostPath on the instance-store RAID0, laid out by the weights prefetch)
+        local_volumes = {v["name"] for v in spec["volumes"]
+                         if v.get("hostPath", {}).get("path", "").startswith("/mnt/k8s-disks/0/kimi-k3-weights/")}
+        mounts = [m for m in main["volumeMounts"] if m["name"] in cache_volumes | local_volumes]
         assert mounts and all(m.get("readOnly") for m in mounts)
         model = flag(main["args"], "--model")
         resolved = re.sub(r"\$\((\w+)\)", lambda m: env_of(main)[m.group(1)], model)
         assert resolved.startswith("/") and "$" not in resolved
-        assert any(resolved.startswith(m["mountPath"].rstrip("/") + "/") for m in mounts)
+        under = [m for m in mounts if resolved.startswith(m["mountPath"].rstrip("/") + "/")]
+        assert len(under) == 1
+        assert under[0]["name"] in local_volumes, "the stacks load the node-local copy"
         paths.add((resolved, flag(main["args"], "--served-model-name").replace(
             "$(SERVED_MODEL_NAME)", env_of(main)["SERVED_MODEL_NAME"])))
     assert len(paths) == 1, "all roles must serve one model from one path"

@@ -62,14 +62,14 @@ def test_no_compile_cache_volume_when_turned_off():
 @pytest.mark.parametrize("stack", STACKS)
 def test_runtime_image_prepulled_on_the_gpu_nodes(stack, rendered):
     r = rendered[stack]
-    (ds,) = by_kind(r.objects, "DaemonSet")
+    (ds,) = [d for d in by_kind(r.objects, "DaemonSet") if d["metadata"]["name"] == "kimi-k3-image-prepull"]
     (dgd,) = by_kind(r.objects, "DynamoGraphDeployment")
     pod = ds["spec"]["template"]["spec"]
     images = {main_container(c)["image"] for c in workers(dgd)}
     assert [c["image"] for c in pod["initContainers"]] == sorted(images) and pod["initContainers"][0]["command"] == ["true"]
     assert pod["nodeSelector"] == {"kimi-k3.io/node-role": "gpu", "kimi-k3.io/platform": stack.split("-")[0]}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    res = next(x for x in r.resources if x["type"] == "kubernetes:apps/v1:DaemonSet")
+    res = next(x for x in r.resources if x["type"] == "kubernetes:apps/v1:DaemonSet" and x["name"].endswith("-prepull"))
     gpu = next(x for x in r.resources if x["name"] == "kimi-k3-eks-gpu-nodes")
     assert gpu["urn"] in res["dependsOn"]
 

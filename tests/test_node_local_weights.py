@@ -1,0 +1,219 @@
+"""Issue 15: node-local weights. Every GPU node copies the verified checkpoint onto its instance-store NVMe while the
+runtime image pulls and the fabric preflight runs (each byte crosses the Local Zone link once, the rest comes from
+peers), the graph waits for it, and workers (and a re-deploy) load from the node-local copy.
+
+The copy script runs for real here: three peers on 127.0.0.1-3 with real HTTP and real files."""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, STACKS, by_kind, main_container, render_with, workers
+from kimi_k3 import critical_path as cp
+from kimi_k3 import manifests
+from kimi_k3 import weights_prefetch as wp
+from kimi_k3.stacks import load_stack
+
+PORT = 18931
+
+
+def _source(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    src = tmp_path / "bucket" / "moonshotai" / "Kimi-K3"
+    data = {f"model-{i:05d}-of-00010.safetensors": os.urandom(1000 + 37 * i) for i in range(10)}
+    data |= {"config.json": b'{"a": 1}', "model.safetensors.index.json": b"{}", "sub/tokenizer.model": b"tok" * 50}
+    for rel, blob in data.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes(blob)
+    (src / ".cache" / "huggingface").mkdir(parents=True)
+    (src / ".cache" / "huggingface" / "x.lock").write_bytes(b"hf download metadata, not the checkpoint")
+    return src, data
+
+
+def _run_peers(tmp_path, src, files, peers, alive, wait=30.0):
+    """Run fetch_all for each live peer at once, each serving its own dest; return {ip: (dest, Result)}."""
+    out, servers, threads = {}, [], []
+    for ip in alive:
+        dest = tmp_path / ip / "main" / "moonshotai" / "Kimi-K3"
+        dest.mkdir(parents=True)
+        assert wp.prepare_tree(src, dest, files) == sum(files.values())
+        servers.append(wp.serve(dest, files, ip, PORT))
+        out[ip] = [dest, None]
+
+    def run(ip):
+        out[ip][1] = wp.fetch_all(src, out[ip][0], files, ip, peers, PORT, threads=4, peer_wait_seconds=wait,
+                                  poll_seconds=0.02)
+
+    for ip in alive:
+        threads.append(threading.Thread(target=run, args=(ip,)))
+        threads[-1].start()
+    for t in threads:
+        t.join(60)
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+    return out
+
+
+def test_peers_read_each_byte_from_the_bucket_once_and_all_end_with_the_whole_checkpoint(tmp_path):
+    src, data = _source(tmp_path)
+    files = wp.source_files(src)
+    assert sorted(files) == sorted(data), "hf download's .cache metadata is not part of the checkpoint"
+    peers = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    out = _run_peers(tmp_path, src, files, peers, peers)
+    total = sum(files.values())
+    for ip, (dest, res) in out.items():
+        for rel, blob in data.items():
+            path = dest / rel
+            assert path.is_file() and not path.is_symlink() and path.read_bytes() == blob
+        own = sum(size for i, (rel, size) in enumerate(files.items()) if wp.owner(i, peers) == ip)
+        assert res.from_source == own and res.from_peers == total - own and not res.fallbacks
+        assert not list(dest.rglob("*.part")) and not list(dest.rglob("*.link"))
+    assert sum(res.from_source for _, res in out.values()) == total, "the link carries the checkpoint once"
+
+
+def test_a_peer_that_never_answers_is_replaced_by_the_bucket(tmp_path):
+    src, data = _source(tmp_path)
+    files = wp.source_files(src)
+    peers = ["127.0.0.1", "127.0.0.2"]          # nothing listens on 127.0.0.2
+    out = _run_peers(tmp_path, src, files, peers, ["127.0.0.1"], wait=0.2)
+    dest, res = out["127.0.0.1"]
+    assert all((dest / rel).read_bytes() == blob and not (dest / rel).is_symlink() for rel, blob in data.items())
+    theirs = [rel for i, rel in enumerate(files) if wp.owner(i, peers) == "127.0.0.2"]
+    assert sorted(res.fallbacks) == sorted(theirs) and res.from_source == sum(files.values())
+
+
+def test_tree_links_first_keeps_good_copies_and_drops_other_revisions(tmp_path):
+    src, data = _source(tmp_path)
+    files = wp.source_files(src)
+    root = tmp_path / "node"
+    dest = root / "rev2" / "moonshotai" / "Kimi-K3"
+    dest.mkdir(parents=True)
+    (dest / "config.json").write_bytes(b'{"a": 1}')                       # complete local copy: kept
+    (dest / "model-00000-of-00010.safetensors").write_bytes(b"short")     # wrong size (old or torn): relinked
+    (root / "rev1" / "x").mkdir(parents=True)
+    missing = wp.prepare_tree(src, dest, files)
+    assert missing == sum(files.values()) - len(b'{"a": 1}')
+    assert not (dest / "config.json").is_symlink()
+    for rel in files:
+        if rel != "config.json":
+            assert os.readlink(dest / rel) == str(src / rel), "every file readable at once, through the bucket"
+            assert (dest / rel).read_bytes() == data[rel]
+    assert wp.prepare_tree(src, dest, files) == missing, "idempotent (a restarted pod)"
+    assert wp.remove_other_revisions(root, "rev2") == ["rev1"] and (root / "rev2").is_dir()
+
+
+def test_a_peer_serves_only_complete_local_files(tmp_path):
+    src, data = _source(tmp_path)
+    files = wp.source_files(src)
+    dest = tmp_path / "d"
+    dest.mkdir()
+    wp.prepare_tree(src, dest, files)
+    wp.copy_from_source(src, dest / "config.json", "config.json", files["config.json"])
+    (tmp_path / "secret").write_text("outside")
+    server = wp.serve(dest, files, "127.0.0.1", PORT + 1)
+    try:
+        import http.client
+        for path, status in [("/config.json", 200), ("/model-00001-of-00010.safetensors", 404),  # a link
+                             ("/../secret", 404), ("/nope", 404)]:
+            conn = http.client.HTTPConnection("127.0.0.1", PORT + 1, timeout=5)
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            body = resp.read()
+            assert resp.status == status, path
+            if status == 200:
+                assert body == data["config.json"]
+            conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _prefetch(r):
+    return next(x for x in r.resources if x["type"] == "kubernetes:apps/v1:DaemonSet"
+                and x["name"] == "kimi-k3-serving-weights-prefetch")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_graph_waits_for_every_node_to_hold_the_verified_checkpoint(stack, rendered):
+    r = rendered[stack]
+    by_name = {x["name"]: x for x in r.resources}
+    ds, dgd = _prefetch(r), by_name["kimi-k3-serving-deployment"]
+    assert ds["urn"] in dgd["dependsOn"], "workers start on node-local weights"
+    assert by_name["kimi-k3-eks-gpu-nodes"]["urn"] in ds["dependsOn"]
+    assert by_name["kimi-k3-model-cache-download"]["urn"] in ds["dependsOn"], \
+        "the copy starts from the checkpoint the download Job verified, before any worker"
+    assert by_name["kimi-k3-serving-decode-preflight"]["urn"] not in ds["dependsOn"], "it overlaps the preflight"
+    cfg, graph = load_stack(stack, ROOT)
+    (obj,) = [d for d in by_kind(r.objects, "DaemonSet") if d["metadata"]["name"] == "kimi-k3-weights-prefetch"]
+    pod = obj["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["EXPECTED_PEERS"] == str(graph.nodes)
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["model-cache-remote"]["persistentVolumeClaim"] == {"claimName": "kimi-k3-model-cache", "readOnly": True}
+    assert {"name": "model-cache-remote", "mountPath": "/model-cache-remote", "readOnly": True} in c["volumeMounts"], \
+        "the bucket stays read-only: the copy never writes the 1.5 TB cache"
+    assert vols["node-local"]["hostPath"] == {"path": "/mnt/k8s-disks/0/kimi-k3-weights", "type": "DirectoryOrCreate"}
+    assert c["readinessProbe"]["exec"]["command"][-1].endswith(f"/{graph.model_revision}/{wp.READY_MARKER}")
+    (svc,) = [s for s in by_kind(r.objects, "Service") if s["metadata"]["name"] == "kimi-k3-weights-peers"]
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert env["PEERS_DNS"].startswith("kimi-k3-weights-peers.")
+    # Workers: the node-local copy at the model path (read-only), the bucket at the links' target path.
+    (graph_obj,) = by_kind(r.objects, "DynamoGraphDeployment")
+    for comp in workers(graph_obj):
+        spec = comp["podTemplate"]["spec"]
+        wvols = {v["name"]: v for v in spec["volumes"]}
+        assert wvols["model-cache"]["hostPath"] == {"path": f"/mnt/k8s-disks/0/kimi-k3-weights/{graph.model_revision}",
+                                                   "type": "Directory"}
+        mounts = {m["name"]: m for m in main_container(comp)["volumeMounts"]}
+        assert mounts["model-cache"] == {"name": "model-cache", "mountPath": graph.cache_mount_path, "readOnly": True}
+        assert mounts["model-cache-remote"]["readOnly"] is True
+        assert env["SOURCE"] == f"{mounts['model-cache-remote']['mountPath']}/{manifests.model_dir_name(graph)}", \
+            "a link the prefetch writes resolves to the same file inside the worker"
+
+
+def test_without_node_local_weights_the_load_crosses_the_link_after_the_graph_starts(rendered):
+    """The former form (nodeLocalWeights: false): no prefetch, workers read the bucket, every replica's share crosses
+    the Local Zone link after the graph is created; gb300-disagg's re-deploy then misses its 10-minute goal."""
+    old = render_with("gb300-disagg", storage={"kind": "s3", "nodeLocalWeights": False})
+    assert not [x for x in old.resources if x["name"] == "kimi-k3-serving-weights-prefetch"]
+    cfg, graph = load_stack("gb300-disagg", ROOT)
+    import dataclasses
+    old_est = cp.estimates(cfg, dataclasses.replace(graph, node_local_weights=False))
+    new_est = cp.estimates(cfg, graph)
+    assert "Local Zone link" in old_est.load_what and "node-local nvme" in new_est.load_what
+    goals = cp.goals()
+    old_fresh = cp.critical_path(old.resources, old_est)
+    new_fresh = cp.critical_path(rendered["gb300-disagg"].resources, new_est)
+    assert new_fresh.total_seconds < old_fresh.total_seconds - 300
+    old_again = cp.critical_path(old.resources, cp.redeploy(old_est), existing=True)
+    new_again = cp.critical_path(rendered["gb300-disagg"].resources, cp.redeploy(new_est), existing=True)
+    assert old_again.total_seconds > goals["redeploy_seconds"] >= new_again.total_seconds
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_copy_is_off_the_fresh_path_and_a_redeploy_meets_its_goal(stack, rendered):
+    r = rendered[stack]
+    cfg, graph = load_stack(stack, ROOT)
+    est = cp.estimates(cfg, graph)
+    path = cp.critical_path(r.resources, est)
+    by_name = {x["name"]: x for x in r.resources}
+    ds = _prefetch(r)
+    assert cp.duration(ds, est)[0] == est.prefetch_seconds > est.of("weights_prefetch_start")
+    # It runs while the runtime image is pulled and the fabric preflight checks the nodes.
+    assert path.finish[ds["urn"]] <= path.finish[by_name["kimi-k3-serving-image-prepull"]["urn"]] + est.of(
+        "fabric_preflight")
+    assert "kimi-k3-serving-weights-prefetch" not in [s.name for s in path.steps]
+    assert path.steps[-1].what.startswith("weights load (node-local nvme:")
+    again = cp.critical_path(r.resources, cp.redeploy(est), existing=True)
+    assert again.total_seconds <= cp.goals()["redeploy_seconds"]
+
+
+def test_node_local_weights_only_where_the_raid_is_ours():
+    from kimi_k3.config import StorageConfig
+    assert StorageConfig().resolved_node_local_weights("eks")
+    assert not StorageConfig().resolved_node_local_weights("existing")
+    assert not StorageConfig.model_validate({"nodeLocalWeights": False}).resolved_node_local_weights("eks")
