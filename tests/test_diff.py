@@ -144,8 +144,11 @@ def test_replicas_change_moves_gpu_and_node_totals(repo):
     # Whatever else changes is capacity outside Kubernetes (e.g. the GPU node group sized from the node count),
     # and the graph-ready Job that waits for the changed graph.
     job = graph_ready_job_follows(stack["resources"]["changed"])
+    # The node-local weights prefetch splits the checkpoint among the GPU nodes: it learns their new count.
+    (prefetch,) = [r for r in stack["resources"]["changed"] if r["name"] == "kimi-k3-serving-weights-prefetch"]
+    assert [(c["before"], c["after"]) for c in prefetch["inputs"]] == [("6", "8")], prefetch["inputs"]
     assert all(not r["type"].startswith("kubernetes:")
-               for r in smoke_rerun_split(stack["resources"]["changed"]) if r not in (dgd, job))
+               for r in smoke_rerun_split(stack["resources"]["changed"]) if r not in (dgd, job, prefetch))
 
 
 def test_policy_breaking_change_shows_the_new_violation_first(repo):
