@@ -32,11 +32,12 @@ BENCHMARK_DIR = "/benchmark"               # the runner and its plan (ConfigMap)
 BENCHMARK_RESULTS = "/results"             # AIPerf's --artifact-dir per run (emptyDir; the summaries go to the log)
 BENCHMARK_START_SECONDS = 600              # image pull (AIPerf's image is ~2 GB) and pod start, before the first run
 BENCHMARK_UID = 1000                       # the user AIPerf's own manifests run its image as (aiperf kube generate)
-# Guaranteed QoS, so the client is neither throttled below nor evicted during a measurement: AIPerf's own estimate
-# for its services at this size is ~2 GiB (aiperf kube generate, memory estimator: controller 1388 MiB + one
-# worker pod 632 MiB); workers are capped at --concurrency (aiperf/workers/worker_manager.py).
-BENCHMARK_RESOURCES = {"requests": {"cpu": "4", "memory": "4Gi", "ephemeral-storage": "2Gi"},
-                       "limits": {"cpu": "4", "memory": "4Gi", "ephemeral-storage": "6Gi"}}
+# Guaranteed QoS, so the client is neither throttled below its need nor evicted during a measurement. Memory: the
+# rehearsal's AIPerf measured ~0.2 GiB RSS at this workload (2 processes, agentic, 32 requests); AIPerf's own
+# estimate for its services is ~2 GiB (aiperf kube generate's memory estimator: controller 1388 MiB + one worker
+# pod 632 MiB). Its workers are capped at --concurrency (aiperf/workers/worker_manager.py).
+BENCHMARK_RESOURCES = {"requests": {"cpu": "2", "memory": "2Gi", "ephemeral-storage": "1Gi"},
+                       "limits": {"cpu": "2", "memory": "2Gi", "ephemeral-storage": "5Gi"}}
 # A pod that fails at once (bad token, wrong revision) fails the Job after 4 tries and 10+20+40 s of the Job
 # controller's pod backoff: `pulumi up` reports it within minutes. A resumed `hf download` loses nothing.
 DOWNLOAD_BACKOFF_LIMIT = 3

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -156,6 +155,10 @@ def test_the_job_carries_the_workload_module_byte_for_byte(stack, enabled):
     (job,) = _named(enabled[stack], "Job", "-benchmark")
     vol = next(v for v in job["inputs"]["spec"]["template"]["spec"]["volumes"] if v["name"] == "benchmark")
     assert vol["configMap"]["name"] == cm["inputs"]["metadata"]["name"]
+    # the plan the runner reads is the one the tests above compare with the rehearsal's argv
+    config, secrets = stack_config(stack, serving={"benchmark": ON})
+    graph = build_graph(stack, parse_stack_config(config, secrets))
+    assert _plan(enabled[stack]) == json.loads(json.dumps(manifests.benchmark_plan(graph, workload.DEFAULT)))
 
 
 def test_default_image_is_the_rehearsals_aiperf_version():

@@ -328,7 +328,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         procs.start("zmq-broker", [str(python), str(BROKER), *map(str, broker_ports)])
         for p in plan.processes:
             procs.start(p.name, [str(python), "-m", p.module, *p.args], dict(p.env))
-        say(f"[{time.monotonic() - started:5.1f}s] started {len(plan.processes)} processes")
+        say(f"[{time.monotonic() - started:5.1f}s] started {len(plan.processes)} processes and the event-plane broker")
         registered = wait_ready(plan, procs, discovery, args.ready_timeout, say, started)
         ready_seconds = time.monotonic() - started
         say(f"[{ready_seconds:5.1f}s] graph ready")
