@@ -64,7 +64,8 @@ else:
     k8s_only = pulumi.ResourceOptions(providers=[cluster.provider])
 
     # Controllers and the download Job run on the system nodes; nothing here waits for the GPU node group.
-    system_nodes = [eks.system_nodes] if eks else []
+    # (and the cluster's network add-ons: pod IPs, Service routing, DNS).
+    system_nodes = [eks.system_nodes, *eks.network_addons] if eks else []
 
     # Storage: a protected bucket or filesystem + static PV (eks), or an existing ReadWriteMany class.
     # Storage kind s3: a retained bucket that EC2 fetchers fill from the Hub from t=0, independent of the cluster.

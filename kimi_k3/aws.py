@@ -330,6 +330,31 @@ def least_privilege_problems(resources: list[dict[str, Any]]) -> list[str]:
                                                                  MOUNTPOINT_ADDON) \
                 and not i.get("serviceAccountRoleArn"):
             out.append(f"{n}: {i.get('addonName')} has no role of its own (falls back to the node role)")
+    out += cni_ordering_problems(resources)
+    return out
+
+
+def cni_ordering_problems(resources: list[dict[str, Any]]) -> list[str]:
+    """A node group that may join before the vpc-cni add-on while EKS bootstraps its self-managed vpc-cni: that
+    aws-node pod runs on the node role (no CNI policy here), and pods created before the add-on sets the IRSA role
+    on the aws-node service account keep it ("Configure Amazon VPC CNI plugin to use IRSA": re-create them), so the
+    node never gets pod IPs. Safe: the group waits for the add-on, or the cluster bootstraps no self-managed
+    add-ons (then vpc-cni, kube-proxy and CoreDNS must be add-ons)."""
+    clusters = [r for r in resources if r["type"] == "aws:eks/cluster:Cluster"]
+    addons = {(r.get("inputs") or {}).get("addonName"): r for r in resources if r["type"] == "aws:eks/addon:Addon"}
+    if not clusters:
+        return []
+    bootstrapped = (clusters[0].get("inputs") or {}).get("bootstrapSelfManagedAddons", True) is not False
+    out = []
+    if not bootstrapped:
+        out += [f"{clusters[0]['name']}: bootstrapSelfManagedAddons is false but no {a} add-on is installed"
+                for a in ("vpc-cni", "kube-proxy", "coredns") if a not in addons]
+    cni = addons.get("vpc-cni")
+    for r in resources:
+        if r["type"] == "aws:eks/nodeGroup:NodeGroup" and bootstrapped and (
+                cni is None or cni["urn"] not in r.get("dependsOn", [])):
+            out.append(f"{r['name']}: its nodes can join before the vpc-cni add-on gives aws-node its own role, and "
+                       "EKS's self-managed aws-node would keep the node role (no CNI policy): no pod IPs")
     return out
 
 

@@ -631,8 +631,15 @@ def test_node_role_has_no_cni_policy_and_cni_uses_its_own_role(stack, rendered):
     assert trust["Action"] == "sts:AssumeRoleWithWebIdentity"
     assert set(trust["Condition"]["StringEquals"].values()) == {"system:serviceaccount:kube-system:aws-node",
                                                                 "sts.amazonaws.com"}
-    for group in ("-gpu-nodes", "-system-nodes"):
-        assert cni["urn"] in one(r, "aws:eks/nodeGroup:NodeGroup", group)["dependsOn"], "CNI credentials first"
+    # EKS bootstraps no self-managed vpc-cni, so aws-node exists only as the add-on, with its role from the first pod:
+    # the GPU nodes (15 min to boot) need not wait for it; the system nodes still do (CoreDNS lands on them).
+    assert one(r, "aws:eks/cluster:Cluster")["inputs"]["bootstrapSelfManagedAddons"] is False
+    assert cni["urn"] not in one(r, "aws:eks/nodeGroup:NodeGroup", "-gpu-nodes")["dependsOn"]
+    assert cni["urn"] in one(r, "aws:eks/nodeGroup:NodeGroup", "-system-nodes")["dependsOn"]
+    proxy, dns = one(r, "aws:eks/addon:Addon", "-kube-proxy"), one(r, "aws:eks/addon:Addon", "-coredns")
+    assert one(r, "aws:eks/nodeGroup:NodeGroup", "-system-nodes")["urn"] in dns["dependsOn"], "CoreDNS needs nodes"
+    for release in [x for x in r.resources if x["type"] == "kubernetes:helm.sh/v3:Release"]:
+        assert {cni["urn"], proxy["urn"], dns["urn"]} <= set(release["dependsOn"]), release["name"]
     lt = one(r, "aws:ec2/launchTemplate:LaunchTemplate", "-gpu-lt")["inputs"]["metadataOptions"]
     assert lt == {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1}
 
@@ -722,3 +729,24 @@ def test_aws_least_privilege_rule_in_check_and_the_pack_sees_the_old_forms(rende
     violations, _ = rules.run_all(opened.objects, resource_infos(opened.resources))
     found = sorted((v.target.split("/")[0], v.level) for v in violations if v.rule == "aws-least-privilege")
     assert found == [("aws:ec2", "advisory"), ("aws:eks", "advisory")], found
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_nodes_need_not_wait_for_the_cni_add_on_only_without_self_managed_add_ons(stack, rendered):
+    """The GPU node group no longer waits for the vpc-cni add-on (2 min off the path). That is safe only because EKS
+    bootstraps no self-managed aws-node: with it, a node joining before the add-on keeps the node role in aws-node."""
+    from kimi_k3.aws import cni_ordering_problems
+    res = rendered[stack].resources
+    assert cni_ordering_problems(res) == []
+
+    def bootstrap(r):
+        if r["type"] == "aws:eks/cluster:Cluster":
+            r["inputs"].pop("bootstrapSelfManagedAddons")
+
+    def no_dns(r):
+        if r["type"] == "aws:eks/addon:Addon" and r["inputs"]["addonName"] == "coredns":
+            r["type"] = "removed"
+    problems = cni_ordering_problems(old_form(res, bootstrap))
+    assert len(problems) == 1 and problems[0].startswith("kimi-k3-eks-gpu-nodes: its nodes can join before")
+    assert cni_ordering_problems(old_form(res, no_dns)) == [
+        "kimi-k3-eks-eks: bootstrapSelfManagedAddons is false but no coredns add-on is installed"]

@@ -115,6 +115,9 @@ class GpuCluster(pulumi.ComponentResource):
             # kimi-k3:cluster.publicAccessCidrs (required; never 0.0.0.0/0 unless explicitly allowed), or none.
             vpc_config={"subnet_ids": self.system_subnet_ids, **args.endpoint},
             access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
+            # No self-managed vpc-cni / kube-proxy / CoreDNS: they come as EKS add-ons below, so the first aws-node pod
+            # on any node already has its IRSA role and the GPU nodes need not wait for the add-on (docs/aws.md).
+            bootstrap_self_managed_addons=False,
             enabled_cluster_log_types=["api", "audit", "authenticator"], tags=tags, opts=child(*attachments))
         for i, arn in enumerate(c.admin_principal_arns):
             entry = aws.eks.AccessEntry(f"{name}-admin-{i}", cluster_name=self.cluster.name, principal_arn=arn,
@@ -132,11 +135,15 @@ class GpuCluster(pulumi.ComponentResource):
         self.oidc = Oidc(oidc_provider.arn, issuer)
         cni_role, cni_policy = service_account_role(f"{name}-vpc-cni", self.oidc, "kube-system", "aws-node",
                                                     [CNI_POLICY], self, tags)
-        # Before any node: a node whose aws-node pod has no credentials never gets pod IPs (terraform-aws-eks
-        # `before_compute` for the same reason). OVERWRITE adopts the self-managed vpc-cni EKS installs.
+        # With no self-managed vpc-cni (bootstrap off), aws-node exists only as this add-on, created with its service
+        # account's role: a node that joins before it waits NotReady for it instead of running aws-node on the node
+        # role, which has no CNI policy. So the GPU nodes do not wait for it; they take minutes to boot, it does not.
         self.vpc_cni = aws.eks.Addon(f"{name}-vpc-cni", cluster_name=self.cluster.name, addon_name="vpc-cni",
                                      service_account_role_arn=cni_role.arn, resolve_conflicts_on_create="OVERWRITE",
                                      resolve_conflicts_on_update="PRESERVE", tags=tags, opts=child(*cni_policy))
+        self.kube_proxy = aws.eks.Addon(f"{name}-kube-proxy", cluster_name=self.cluster.name, addon_name="kube-proxy",
+                                        resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="PRESERVE",
+                                        tags=tags, opts=child())
 
         # --- nodes ---
         node_role = aws.iam.Role(f"{name}-node-role", assume_role_policy=_assume("ec2.amazonaws.com"), tags=tags,
@@ -151,6 +158,12 @@ class GpuCluster(pulumi.ComponentResource):
             instance_types=[sysn.instance_type], disk_size=sysn.disk_gib,
             scaling_config={"desired_size": sysn.count, "min_size": sysn.count, "max_size": sysn.count + 2},
             labels=spec.SYSTEM_LABELS, tags=tags, opts=child(*node_policies, self.vpc_cni))
+        # CoreDNS is a Deployment: its add-on turns ACTIVE once its pods run, on the system nodes.
+        self.coredns = aws.eks.Addon(f"{name}-coredns", cluster_name=self.cluster.name, addon_name="coredns",
+                                     resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="PRESERVE",
+                                     tags=tags, opts=child(self.system_nodes, self.kube_proxy))
+        # What any pod that talks to Services needs besides its node: pod IPs, Service routing, cluster DNS.
+        self.network_addons = [self.vpc_cni, self.kube_proxy, self.coredns]
 
         # EFA needs all traffic between the interfaces allowed by a self-referencing security group.
         efa_sg = aws.ec2.SecurityGroup(
@@ -180,7 +193,7 @@ class GpuCluster(pulumi.ComponentResource):
             labels=spec.gpu_node_labels(args.platform), taints=[spec.GPU_TAINT], tags=tags,
             # A replacement (new subnet, AMI type, ...) deletes the old group first: a second group created beside
             # it would wait for instances the reservation does not have.
-            opts=pulumi.ResourceOptions.merge(child(*node_policies, self.vpc_cni), pulumi.ResourceOptions(
+            opts=pulumi.ResourceOptions.merge(child(*node_policies), pulumi.ResourceOptions(
                 ignore_changes=spec.gpu_node_group_ignore_changes(gpu), delete_before_replace=True)))
 
         self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
