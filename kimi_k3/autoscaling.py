@@ -50,13 +50,20 @@ class Autoscaling:
     prometheus_endpoint: str
     config_json: str                            # planner_config.json
     profile_files: tuple[tuple[str, str], ...]  # profile_results_dir file name -> JSON text
+    block_scaledown_seconds: Optional[float] = None   # eks Capacity Block: EKS empties the nodes this long before its end
 
     def lines(self) -> list[str]:
         mins, maxs = dict(self.min_replicas), dict(self.max_replicas)
         out = [f"autoscaling {k}: {mins[k]}..{maxs[k]} replicas (Dynamo SLA planner; TTFT {self.ttft_ms:g} ms, "
                f"ITL {self.itl_ms:g} ms)" for k in mins]
-        out.append(f"autoscaling GPU budget: {self.max_gpus} ({self.budget_source}); a scale-up serves after "
-                   f"~{self.scale_up_seconds / 60:.0f} min, so none may start later than that before the block ends")
+        up = self.scale_up_seconds / 60
+        out.append(f"autoscaling GPU budget: {self.max_gpus} ({self.budget_source}); a scale-up serves ~{up:.0f} min "
+                   "after it starts (weights load + warm-up)")
+        if self.block_scaledown_seconds is not None:
+            down = self.block_scaledown_seconds / 60
+            out.append(f"autoscaling hours: EKS empties the node group {down:.0f} min before the Capacity Block ends, "
+                       f"so a scale-up started in its last ~{up + down:.0f} min never serves (the planner does not "
+                       "know the end: lower maxGpuBudget before then)")
         return out
 
 
@@ -169,7 +176,15 @@ def resolve(cfg: StackConfig, graph) -> Optional[Autoscaling]:
         mode=mode, min_replicas=tuple(sorted(minimum.items())), max_replicas=tuple(sorted(bounds.max_replicas.items())),
         max_gpus=budget, budget_source=source, scale_up_seconds=bounds.scale_up_seconds,
         ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, interval_seconds=a.adjustment_interval_seconds, image=image,
-        prometheus_endpoint=prometheus, config_json=_dump(config), profile_files=tuple(profile.items()))
+        prometheus_endpoint=prometheus, config_json=_dump(config), profile_files=tuple(profile.items()),
+        block_scaledown_seconds=(60.0 * facts()["capacity_block_scaledown_minutes"]
+                                 if cfg.cluster.mode == "eks" and _capacity_block(cfg, graph) else None))
+
+
+def _capacity_block(cfg: StackConfig, graph) -> bool:
+    from .aws import gpu_node_plan
+
+    return gpu_node_plan(cfg, graph.platform.name, graph.nodes).capacity_type == "CAPACITY_BLOCK"
 
 
 def _dump(obj: Any) -> str:

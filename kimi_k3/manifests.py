@@ -613,7 +613,8 @@ def _components(graph: ServingGraph) -> list[Obj]:
     arches = [a for a in graph.frontend.arch if built is None or a in built]
     planner = autoscaling.planner_component(graph, {GRAPH_LABEL: graph.name, **role_labels("planner")},
                                             _node_affinity(_arch_requirement(arches)))
-    return [_frontend_component(graph), planner] + [autoscaling.hand_over_replicas(w) for w in workers]
+    # The planner last: the workers keep their positions in spec.components (a diff shows only what changed).
+    return [_frontend_component(graph)] + [autoscaling.hand_over_replicas(w) for w in workers] + [planner]
 
 
 # ------------------------------------------------------------------------------------------ fabric preflight

@@ -111,6 +111,10 @@ def test_budget_and_floors_come_from_the_capacity_block_and_the_recipe(autoscale
     bounds = rollout.scaling_bounds(graph, 18, 4, 0, minimum={"prefill": 1, "decode": 2})
     assert c["max_gpu_budget"] == bounds.max_gpus == 72
     assert dict(graph.autoscaling.max_replicas) == bounds.max_replicas == {"prefill": 7, "decode": 8}
+    # the block's hours: EKS empties the node group 40 min before its end, a scale-up needs its load time on top
+    hours = graph.autoscaling.lines()[-1]
+    load = graph.autoscaling.scale_up_seconds / 60
+    assert hours.startswith("autoscaling hours: EKS empties the node group 40 min") and f"~{load + 40:.0f} min" in hours
     assert (c["prefill_min_endpoint"], c["decode_min_endpoint"]) == (1, 2)      # the recipe's 1 prefill + 2 decode
     assert (c["prefill_engine_num_gpu"], c["decode_engine_num_gpu"]) == (8, 8)  # TP8 per replica
     assert (c["ttft_ms"], c["itl_ms"], c["mode"], c["backend"], c["environment"]) == (
