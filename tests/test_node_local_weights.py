@@ -17,7 +17,14 @@ from kimi_k3 import manifests
 from kimi_k3 import weights_prefetch as wp
 from kimi_k3.stacks import load_stack
 
-PORT = 18931
+def _free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+PORT = _free_port()
 
 
 def _source(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
@@ -131,6 +138,35 @@ def test_a_peer_serves_only_complete_local_files(tmp_path):
         server.server_close()
 
 
+def test_the_pod_entrypoint_marks_its_node_ready_once_everything_is_local(tmp_path):
+    """main() as the DaemonSet runs it (one peer, found by DNS), killed after its readiness marker appears."""
+    import subprocess
+    import sys
+    import time
+    src, data = _source(tmp_path)
+    root = tmp_path / "node"
+    (root / "old-revision").mkdir(parents=True)
+    env = {"SOURCE": str(src), "LOCAL_ROOT": str(root), "MODEL_REPO": "moonshotai/Kimi-K3", "MODEL_REVISION": "abc",
+           "POD_IP": "127.0.0.1", "PEERS_DNS": "localhost", "EXPECTED_PEERS": "1", "PORT": str(_free_port()),
+           "THREADS": "2", "PEER_WAIT_SECONDS": "5", "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.Popen([sys.executable, wp.__file__], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    marker = root / "abc" / wp.READY_MARKER
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), proc.stdout.read() if proc.poll() is not None else "no marker within 30 s"
+        assert proc.poll() is None, "it keeps serving its peers"
+    finally:
+        proc.kill()
+        out = proc.communicate()[0]
+    assert marker.read_text() == "local\n" and not (root / "old-revision").exists()
+    dest = root / "abc" / "moonshotai" / "Kimi-K3"
+    assert all((dest / rel).read_bytes() == blob and not (dest / rel).is_symlink() for rel, blob in data.items())
+    assert "node-local copy complete" in out and "removed the node-local copy of revision old-revision" in out
+
+
 def _prefetch(r):
     return next(x for x in r.resources if x["type"] == "kubernetes:apps/v1:DaemonSet"
                 and x["name"] == "kimi-k3-serving-weights-prefetch")
@@ -217,3 +253,24 @@ def test_node_local_weights_only_where_the_raid_is_ours():
     assert StorageConfig().resolved_node_local_weights("eks")
     assert not StorageConfig().resolved_node_local_weights("existing")
     assert not StorageConfig.model_validate({"nodeLocalWeights": False}).resolved_node_local_weights("eks")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/aws.md"])
+def test_documented_paths_are_what_render_prints(doc, rendered):
+    """The before/after tables' current column and the gb200-disagg path block are the estimates as committed."""
+    import re
+    text = (ROOT / doc).read_text()
+    cfg, graph = load_stack("gb200-disagg", ROOT)
+    block = "\n".join(cp.report(rendered["gb200-disagg"].resources, cfg, graph))
+    assert f"```\n{block}\n```" in text
+    for stack in STACKS:
+        cfg, graph = load_stack(stack, ROOT)
+        est = cp.estimates(cfg, graph)
+        fresh = cp.critical_path(rendered[stack].resources, est).total_seconds
+        again = cp.critical_path(rendered[stack].resources, cp.redeploy(est), existing=True).total_seconds
+        (row,) = [line for line in text.splitlines() if line.startswith(f"| `{stack}` | 1h10m27s")]
+        goals = cp.goals()
+        verdict = lambda t, g: "met" if t <= g else "MISSED"  # noqa: E731
+        assert row.rstrip(" |").rsplit("| ", 1)[1] == (
+            f"{cp.fmt(fresh)} ({verdict(fresh, goals['fresh_seconds'])}) / "
+            f"{cp.fmt(again)} ({verdict(again, goals['redeploy_seconds'])})"), row
