@@ -144,7 +144,7 @@ def serve(dest: Path, files: dict[str, int], host: str, port: int) -> http.serve
 
     server = http.server.ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server
 
 
