@@ -14,7 +14,7 @@ file is a symlink to its SOURCE path, so the tree is complete at once (workers m
 path and can read through it); each copy is written beside it, checked against the bucket's size and renamed over
 the link. Other revisions' directories under LOCAL_ROOT are removed (they are copies). The pod turns Ready
 (READY_MARKER) when every file is local, or when the disk cannot hold them (then workers read through the links, and
-the log says so). Peers that do not answer within PEER_WAIT_SECONDS are replaced by reading the bucket directly.
+the log says so). A peer that cannot be reached for PEER_WAIT_SECONDS is replaced by reading the bucket directly.
 
 Environment: SOURCE, LOCAL_ROOT, MODEL_REPO, MODEL_REVISION, POD_IP, PEERS_DNS (headless Service), EXPECTED_PEERS,
 PORT, THREADS, PEER_WAIT_SECONDS.
@@ -168,8 +168,10 @@ class Result:
 def fetch_all(source: Path, dest: Path, files: dict[str, int], me: str, peers: list[str], port: int,
               threads: int = 8, peer_wait_seconds: float = 600, poll_seconds: float = 2,
               clock: Callable[[], float] = time.monotonic) -> Result:
-    """Make every file local: this peer's own files from the source, the others from their owners (or, when an owner
-    has not served one within peer_wait_seconds, from the source). Own files go first, so peers get them early."""
+    """Make every file local: this peer's own files from the source, the others from their owners. An owner that
+    answers "not yet" (404) is waited for: it is copying; one that cannot be reached for peer_wait_seconds is
+    replaced by the source (reading its files here too would multiply the link's load, so only then). Own files go
+    first, so peers get them early."""
     result = Result()
     names = list(files)
     todo = [(i, rel) for i, rel in enumerate(names) if not is_local(dest / rel, files[rel])]
@@ -181,13 +183,18 @@ def fetch_all(source: Path, dest: Path, files: dict[str, int], me: str, peers: l
         i, rel = item
         path, size = dest / rel, files[rel]
         src = owner(i, peers)
-        while src != me and clock() - started < peer_wait_seconds:
+        answered = started
+        while src != me:
             try:
                 if copy_from_peer(src, port, path, rel, size):
                     result.add("peer", size)
                     return
+                answered = clock()                 # alive, still copying its own files
             except OSError as err:
-                print(f"peer {src}: {err}; retrying", flush=True)
+                if clock() - answered >= peer_wait_seconds:
+                    print(f"peer {src} unreachable for {peer_wait_seconds:g} s ({err}): {rel} from the bucket",
+                          flush=True)
+                    break
             time.sleep(poll_seconds)
         copy_from_source(source, path, rel, size)
         result.add("source" if src == me else "fallback", size, rel)

@@ -92,6 +92,33 @@ def test_a_peer_that_never_answers_is_replaced_by_the_bucket(tmp_path):
     assert sorted(res.fallbacks) == sorted(theirs) and res.from_source == sum(files.values())
 
 
+def test_a_peer_still_copying_is_waited_for_not_replaced(tmp_path):
+    """An owner that answers 404 (alive, its copy not done) is waited for past peer_wait_seconds: falling back to the
+    bucket then would put its files over the link once per node."""
+    src, data = _source(tmp_path)
+    files = wp.source_files(src)
+    peers = ["127.0.0.1", "127.0.0.2"]
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    wp.prepare_tree(src, slow, files)
+    server = wp.serve(slow, files, "127.0.0.2", PORT)
+    theirs = [(i, rel) for i, rel in enumerate(files) if wp.owner(i, peers) == "127.0.0.2"]
+    timer = threading.Timer(0.5, lambda: [wp.copy_from_source(src, slow / rel, rel, files[rel]) for _, rel in theirs])
+    timer.start()
+    dest = tmp_path / "fast"
+    dest.mkdir()
+    wp.prepare_tree(src, dest, files)
+    try:
+        res = wp.fetch_all(src, dest, files, "127.0.0.1", peers, PORT, threads=4, peer_wait_seconds=0.1,
+                           poll_seconds=0.02)
+    finally:
+        timer.join()
+        server.shutdown()
+        server.server_close()
+    assert not res.fallbacks and res.from_peers == sum(files[rel] for _, rel in theirs)
+    assert all((dest / rel).read_bytes() == blob for rel, blob in data.items())
+
+
 def test_tree_links_first_keeps_good_copies_and_drops_other_revisions(tmp_path):
     src, data = _source(tmp_path)
     files = wp.source_files(src)
