@@ -230,3 +230,24 @@ def test_existing_cluster_needs_a_budget_and_a_prometheus():
         **ON, "maxGpuBudget": 48, "prometheusEndpoint": "http://prometheus.obs.svc:9090"}})
     assert g.autoscaling.max_gpus == 48 and g.autoscaling.prometheus_endpoint == "http://prometheus.obs.svc:9090"
     assert dict(g.autoscaling.max_replicas) == {"prefill": 4, "decode": 5}   # 12 nodes, the other role at its floor
+
+
+def test_switching_the_planner_on_hands_over_only_single_replica_roles(rendered, autoscaled):
+    from policies.rules.upgrades import run_transition_rules
+
+    # gb300-disagg runs 1 prefill + 2 decode: the decode count would drop to the operator's default 1
+    _, v = run_transition_rules(rendered["gb300-disagg"].resources, autoscaled.resources)
+    got = [x for x in v if x.rule == "planner-takes-over-single-replicas"]
+    assert [x.target for x in got] == ["DynamoGraphDeployment/kimi-k3 component DecodeWorker"]
+    assert "runs 2 replicas" in got[0].message and "Set that role to 1 replica first" in got[0].message
+    # with decode at 1 first (the documented way), the same switch is clean
+    base = json.loads(json.dumps(rendered["gb300-disagg"].resources))
+    dgd_record = next(r for r in base if r["type"].endswith(":DynamoGraphDeployment"))
+    for c in dgd_record["inputs"]["spec"]["components"]:
+        if c["name"] == "DecodeWorker":
+            c["replicas"] = 1
+    assert not [x for x in run_transition_rules(base, autoscaled.resources)[1]
+                if x.rule == "planner-takes-over-single-replicas"]
+    # already planner-owned on both sides: nothing is handed over
+    assert not [x for x in run_transition_rules(autoscaled.resources, autoscaled.resources)[1]
+                if x.rule == "planner-takes-over-single-replicas"]

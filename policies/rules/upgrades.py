@@ -32,7 +32,8 @@ class TransitionRule:
     name: str
     description: str
     level: str
-    check: Callable[[Sequence[R.Classification]], Iterable[Result]]
+    check: Callable[..., Iterable[Result]]
+    on_records: bool = False      # check(base records, head records) instead of check(classifications)
 
 
 def _kind(c: R.Classification) -> str:
@@ -87,6 +88,33 @@ def check_replacement_certain(classes: Sequence[R.Classification]) -> Iterator[R
                           "offline (recipes/aws-force-new.yaml); read `pulumi preview --diff` before `up`")
 
 
+def _graph_components(records: Iterable[Mapping]) -> dict[str, Mapping]:
+    """This program's graph's components by name, from resource records (a render or the stack's state)."""
+    for r in records:
+        if r.get("type", "").endswith(f":{DGD_KIND}"):
+            comps = ((r.get("inputs") or {}).get("spec") or {}).get("components") or []
+            return {c.get("name"): c for c in comps if isinstance(c, Mapping)}
+    return {}
+
+
+def check_planner_takes_over_single_replicas(base: Sequence[Mapping], head: Sequence[Mapping]) -> Iterator[Result]:
+    """A worker this program ran at N > 1 replicas, handed to the planner (no replicas, scalingAdapter) by this
+    change: the count drops to the operator's default 1, which its admission webhook refuses to anyone but the
+    operator and planner-serviceaccount (docs/operating.md#autoscaling), so `pulumi up` would fail at the graph."""
+    old = _graph_components(base)
+    for name, comp in _graph_components(head).items():
+        before = old.get(name)
+        if before is None or "replicas" in comp or "scalingAdapter" not in comp or "scalingAdapter" in before:
+            continue
+        n = int(before.get("replicas", 1))
+        if n != 1:
+            yield Finding(f"{DGD_KIND}/{GRAPH_NAME} component {name}", f"runs {n} replicas that this program set; "
+                          "handing it to the planner drops the count to the operator's default 1, which the "
+                          "operator's webhook refuses (a scaling-adapter component's count changes only through its "
+                          "adapter), so `pulumi up` would fail at the graph. Set that role to 1 replica first "
+                          "(`make up`), then enable kimi-k3:serving.autoscaling; the planner raises it to its floor")
+
+
 TRANSITION_RULES: tuple[TransitionRule, ...] = (
     TransitionRule("graph-updated-in-place", "A change patches the DynamoGraphDeployment; it is never replaced.",
                    MANDATORY, check_graph_updated_in_place),
@@ -94,15 +122,20 @@ TRANSITION_RULES: tuple[TransitionRule, ...] = (
                    MANDATORY, check_model_cache_kept),
     TransitionRule("replacement-certain", "Every changed resource's update-vs-replace is known offline.",
                    ADVISORY, check_replacement_certain),
+    TransitionRule("planner-takes-over-single-replicas", "Switching the SLA planner on hands it only worker roles "
+                   "this program ran at 1 replica (the operator's webhook refuses any other count change).",
+                   MANDATORY, check_planner_takes_over_single_replicas, on_records=True),
 )
 
 
 def run_transition_rules(base: Iterable[Mapping], head: Iterable[Mapping]
                          ) -> tuple[list[R.Classification], list[Violation]]:
     """Classify base -> head (resource records) and run every transition rule on the result."""
+    base, head = list(base), list(head)
     classes = R.classify(base, head)
-    violations = [Violation(rule.name, f.target, f.message, rule.level)
-                  for rule in TRANSITION_RULES for f in rule.check(classes) if isinstance(f, Finding)]
+    violations = [Violation(rule.name, f.target, f.message, rule.level) for rule in TRANSITION_RULES
+                  for f in (rule.check(base, head) if rule.on_records else rule.check(classes))
+                  if isinstance(f, Finding)]
     return classes, sorted(violations)
 
 
