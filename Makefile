@@ -150,13 +150,13 @@ unpark: token  ## rebuild STACK onto the kept weights
 # The engine lane (README, "Engine lane"): Pulumi CLI + Python host, Kubernetes provider, etcd and kube-apiserver
 # built from Go modules (tools/engine/versions.env; cached in build/engine/), then the real preview/up/destroy
 # against a local API server in a network namespace with only loopback. A `pulumi` on PATH is used instead of ours.
-ENGINE_TOOLS = $(if $(shell command -v pulumi),provider kube etcd,)
+ENGINE_TOOLS = $(if $(shell command -v pulumi),provider kube etcd monitoring-crds,)
 engine-tools:  ## build the engine lane's Go tools (pinned in tools/engine/versions.env) into build/engine/
 	tools/engine/build.sh $(ENGINE_TOOLS)
 
 test-engine: venv  ## the real Pulumi engine against a local API server (network namespace, loopback only)
 	@bin=$$(tools/engine/build.sh $(ENGINE_TOOLS)) && \
-	  ENGINE_BIN=$$bin unshare --net -- sh -c 'ip link set lo up && exec $(BIN)/pytest -p no:cacheprovider -q -rs tools/engine'
+	  ENGINE_BIN=$$bin unshare --net -- sh -c 'ip link set lo up && exec $(BIN)/pytest -p no:cacheprovider -q -rs -s tools/engine'
 
 clean:  ## remove build output and .venv (the next make rebuilds it); keeps .pulumi-state and .pulumi-user
 	rm -rf build rendered .pytest_cache $(VENV)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 import sys
 
-from conftest import ROOT
+import pytest
+
+from conftest import ROOT, STACKS
 
 ENGINE = ROOT / "tools" / "engine"
 sys.path.insert(0, str(ENGINE))
@@ -19,6 +21,7 @@ PINS = {
     "K8S_PROVIDER_MODULE_VERSION": [("provider-kubernetes", "github.com/pulumi/pulumi-kubernetes/provider/v4")],
     "KUBERNETES_VERSION": [("kube", "k8s.io/kubernetes")],
     "ETCD_VERSION": [("etcd", "go.etcd.io/etcd/server/v3")],
+    "PROMETHEUS_OPERATOR_VERSION": [("prometheus-operator", "github.com/prometheus-operator/prometheus-operator")],
 }
 
 
@@ -63,3 +66,46 @@ def test_live_object_comparison_finds_missing_and_changed_fields_but_not_server_
     del live["spec"]["template"]["args"]
     assert lane.subset_diff(rendered, live) == [".spec.replicas: rendered 2, live 3",
                                                 ".spec.template.args: rendered [\"--a\", \"1\"], live has no such field"]
+
+
+def test_open_schema_crds_address_what_the_upstream_crds_serve(rendered, shared_reference):
+    """The lane's fallback without ../shared: an open-schema CRD per Dynamo/DRA kind our renders use, which must be
+    reachable under upstream's group, served version, kind, plural and scope, with the status subresource."""
+    upstream = {lane.crd_kind(c): c for c in lane.upstream_crds(shared_reference)}
+    used = {(o["apiVersion"], o["kind"]): "namespace" in o["metadata"]
+            for stack in STACKS for o in rendered[stack].objects
+            if (o["apiVersion"].split("/")[0], o["kind"]) in upstream}
+    assert {k for _, k in used} == {"DynamoGraphDeployment", "ComputeDomain"}
+    for (api, kind), namespaced in used.items():
+        version = api.split("/")[1]
+        want = lane.crd_identity(upstream[(api.split("/")[0], kind)], version)
+        assert lane.crd_identity(lane.open_schema_crd(api, kind, namespaced), version) == want
+
+
+def test_open_schema_crd_keeps_any_field_and_has_a_status_subresource():
+    crd = lane.open_schema_crd("nvidia.com/v1beta1", "DynamoGraphDeployment", namespaced=True)
+    assert crd["metadata"]["name"] == "dynamographdeployments.nvidia.com"
+    (version,) = crd["spec"]["versions"]
+    assert version["schema"]["openAPIV3Schema"] == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    assert version["subresources"] == {"status": {}}
+    assert [lane.plural_of(k) for k in ("ComputeDomain", "PodMonitor", "Policy", "Ingress", "Gateway")] == \
+        ["computedomains", "podmonitors", "policies", "ingresses", "gateways"]
+
+
+@pytest.mark.parametrize("selector,labels,expected", [
+    ({"matchLabels": {"a": "1"}}, {"a": "1", "b": "2"}, True),
+    ({"matchLabels": {"a": "1"}}, {"a": "2"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "2"]}]}, {"a": "2"}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {"a": "1"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {"b": "1"}, True),
+])
+def test_label_selector_semantics(selector, labels, expected):
+    assert lane.selects(selector, labels) is expected
+
+
+def test_prometheus_operator_crds_with_a_bare_equals_sign_parse(tmp_path):
+    """The Prometheus Operator CRDs list `=` as an enum value; plain PyYAML cannot construct it."""
+    f = tmp_path / "crd.yaml"
+    f.write_text("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nspec:\n  enum:\n  - =\n  - '!='\n")
+    assert lane.read_crds([f])[0]["spec"]["enum"] == ["=", "!="]

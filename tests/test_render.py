@@ -326,3 +326,14 @@ def test_kv_over_efa_pins_each_role_to_its_own_clique():
         assert json.loads(flag(main["args"], "--kv-transfer-config"))["kv_connector_extra_config"]["backends"] == [
             "LIBFABRIC"]
         assert int(main["resources"]["limits"]["vpc.amazonaws.com/efa"]) > 0
+
+
+def test_urns_are_the_engines(rendered):
+    """The engine leaves the root stack's type out of its children's URNs (pulumi/pulumi pkg/resource/deploy/
+    deployment.go generateURN); Pulumi's mock monitor adds it, which gave top-level components URNs the engine never
+    uses (found by the engine lane comparing dependencies)."""
+    for stack in STACKS:
+        for r in rendered[stack].resources:
+            assert "pulumi:pulumi:Stack$" not in r["urn"] + "".join(r["dependsOn"]), r["urn"]
+            if r["parent"].split("::")[2] == "pulumi:pulumi:Stack":
+                assert r["urn"] == f"urn:pulumi:{stack}::kimi-k3::{r['type']}::{r['name']}"

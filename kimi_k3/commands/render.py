@@ -23,6 +23,7 @@ from kimi_k3.errors import UserError, check_writable_dir
 from kimi_k3.stacks import SECRET_PLACEHOLDER, StackError, project_root, read_stack_config
 
 PROJECT = "kimi-k3"
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 SECRET_SIG = ("4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270")
 REDACTED = "[redacted]"
 # Placeholder outputs a cloud would compute, per resource type (inputs are never changed).
@@ -167,9 +168,16 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
             return {}, None
 
     class RecordingMonitor(mocks.MockMonitor):
+        def make_urn(self, parent: str, type_: str, name: str) -> str:
+            # As the engine (pkg/resource/deploy/deployment.go generateURN): the root stack's type is not part of
+            # its children's URNs; the mock monitor would add it.
+            if parent and parent.split("::")[2] == ROOT_STACK_TYPE:
+                parent = ""
+            return super().make_urn(parent, type_, name)
+
         def RegisterResource(self, request):
             response = super().RegisterResource(request)
-            if request.type != "pulumi:pulumi:Stack":
+            if request.type != ROOT_STACK_TYPE:
                 deps = set(request.dependencies)
                 for prop in request.propertyDependencies.values():
                     deps.update(prop.urns)
@@ -188,7 +196,7 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
             return response
 
         def RegisterResourceOutputs(self, request):
-            if request.urn.split("::")[2] == "pulumi:pulumi:Stack":
+            if request.urn.split("::")[2] == ROOT_STACK_TYPE:
                 outputs.update(_plain(json_format.MessageToDict(request.outputs)))
             return super().RegisterResourceOutputs(request)
 

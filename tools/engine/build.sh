@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
 # Build the engine lane's tools from Go modules, pinned by tools/engine/versions.env and the wrapper modules'
 # go.mod/go.sum, into build/engine/<key>/bin (key: hash of the versions, wrapper sources and Go version), and print
-# that directory. A finished tool is never rebuilt for the same key.
-#   tools/engine/build.sh [--check] [TOOL...]     TOOL: pulumi provider kube etcd (default: all four)
+# that directory (the only line on stdout; progress goes to stderr). A finished tool is never rebuilt for the same key.
+#   tools/engine/build.sh [--check] [TOOL...]   TOOL: pulumi provider kube etcd monitoring-crds (default: all five)
 #   --check: only verify that the wrapper go.mod files require versions.env's versions
-# pulumi builds the CLI and our Python language host (+ pulumi-language-python-exec from sdk/v3's module files).
+# pulumi: the CLI and our Python language host in one `go build` (shared packages compile once), plus
+# pulumi-language-python-exec from sdk/v3's module files; kube: kube-apiserver and kube-controller-manager in one
+# `go build`; monitoring-crds: the Prometheus Operator CRDs from that module's files into build/engine/<key>/crds.
+# Module builds run ENGINE_BUILD_JOBS at a time (default 2): module downloads and single-threaded link steps of
+# one overlap the compile of another. Go caches: the usual GOMODCACHE/GOCACHE (.ci/run puts them under build/go).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=versions.env
 source "$HERE/versions.env"
 
-export GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN=local
+# -modcacherw: a module cache under build/ stays removable by `make clean` (Go makes it read-only otherwise).
+export GOFLAGS="-mod=readonly -buildvcs=false -modcacherw" CGO_ENABLED=0 GOTOOLCHAIN=local
 log() { printf '[engine-build %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
+ALL_TOOLS=(provider kube pulumi etcd monitoring-crds)  # longest first: they start first
 check_only=0
 tools=()
 for a in "$@"; do
   case "$a" in
     --check) check_only=1 ;;
-    pulumi|provider|kube|etcd) tools+=("$a") ;;
-    *) echo "tools/engine/build.sh: unknown argument '$a' (allowed: --check, pulumi, provider, kube, etcd)" >&2; exit 2 ;;
+    pulumi|provider|kube|etcd|monitoring-crds) tools+=("$a") ;;
+    *) echo "tools/engine/build.sh: unknown argument '$a' (allowed: --check, ${ALL_TOOLS[*]})" >&2; exit 2 ;;
   esac
 done
-[ ${#tools[@]} -gt 0 ] || tools=(pulumi provider kube etcd)
+[ ${#tools[@]} -gt 0 ] || tools=("${ALL_TOOLS[@]}")
 
 command -v go >/dev/null || { echo "tools/engine/build.sh: the go command is not on PATH (Go >= 1.26 is needed)" >&2; exit 2; }
 
@@ -40,69 +46,114 @@ require pulumi github.com/pulumi/pulumi/sdk/v3 "$PULUMI_VERSION"
 require provider-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4 "$K8S_PROVIDER_MODULE_VERSION"
 require kube k8s.io/kubernetes "$KUBERNETES_VERSION"
 require etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+require prometheus-operator github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION"
 [ "$check_only" = 1 ] && { log "wrapper modules match versions.env"; exit 0; }
 
 key="$( (cat "$HERE/versions.env" "$HERE/build.sh"; go version;
          find "$HERE" -name go.mod -o -name go.sum -o -name '*.go' | LC_ALL=C sort | xargs cat) | sha256sum | cut -c1-12)"
-OUT="${ENGINE_BUILD_DIR:-$ROOT/build/engine}/$key/bin"
+KEYDIR="${ENGINE_BUILD_DIR:-$ROOT/build/engine}/$key"
+OUT="$KEYDIR/bin"
 mkdir -p "$OUT"
 
-# go build with progress: one line per 200 packages compiled (go build -v names each package as it builds it).
-gobuild() {  # dir output package ldflags
-  local dir="$1" out="$2" pkg="$3" ldflags="$4" start=$SECONDS
-  (cd "$HERE/$dir" && go build -v -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg") 2>&1 |
-    awk -v name="$(basename "$out")" '/^(go: |#|.*\.go:[0-9]+)/ {print; next} {n++; if (n % 200 == 0) printf "[engine-build] %s: %d packages compiled\n", name, n > "/dev/stderr"}'
-  [ "${PIPESTATUS[0]}" = 0 ] || { log "FAILED: $(basename "$out")"; rm -f "$out.tmp"; exit 1; }
-  mv "$out.tmp" "$out"
-  log "built $(basename "$out") in $((SECONDS - start))s"
-  echo "$(basename "$out") $((SECONDS - start))s" >> "$OUT/../build-times.txt"
+# A module's directory in the module cache, downloaded (verified against the wrapper's go.sum) if absent:
+# `go list -m` alone prints an empty Dir for a module not downloaded yet.
+moddir() {  # wrapper-dir module
+  local dir
+  dir="$(cd "$HERE/$1" && go mod download "$2" && go list -m -f '{{.Dir}}' "$2")"
+  [ -n "$dir" ] && [ -d "$dir" ] || { log "FAILED: no module directory for $2 (tools/engine/$1)"; return 1; }
+  echo "$dir"
 }
 
+# go build with progress on stderr: one line per 200 packages compiled (go build -v names each package it compiles).
+gobuild() {  # name dir ldflags package...
+  local name="$1" dir="$2" ldflags="$3" start=$SECONDS tmp="$OUT/.tmp-$1"
+  shift 3
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  if ! (cd "$HERE/$dir" && go build -v -trimpath -ldflags "-s -w $ldflags" -o "$tmp/" "$@") 2>&1 |
+    awk -v name="$name" '/^(go: |#|.*\.go:[0-9]+)/ {print name ": " $0 > "/dev/stderr"; next}
+      {n++; if (n % 200 == 0) printf "[engine-build] %s: %d packages compiled\n", name, n > "/dev/stderr"}'; then
+    log "FAILED: $name"; rm -rf "$tmp"; return 1
+  fi
+  local built
+  built="$(ls "$tmp" | tr '\n' ' ')"
+  mv "$tmp"/* "$OUT/" && rmdir "$tmp"
+  log "built $name (${built% }) in $((SECONDS - start))s"
+  echo "$name $((SECONDS - start))s" >> "$KEYDIR/build-times.txt"
+}
+
+build_pulumi() {
+  [ -x "$OUT/pulumi" ] && [ -x "$OUT/pulumi-language-python" ] && [ -x "$OUT/pulumi-language-python-exec" ] && return
+  log "Pulumi CLI $PULUMI_VERSION (github.com/pulumi/pulumi/pkg/v3/cmd/pulumi) + Python language host (tools/engine/pulumi/cmd/pulumi-language-python)"
+  gobuild pulumi pulumi "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" \
+    github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ./cmd/pulumi-language-python
+  local sdkdir
+  sdkdir="$(moddir pulumi github.com/pulumi/pulumi/sdk/v3)"
+  install -m 0755 "$sdkdir/python/cmd/pulumi-language-python-exec" "$OUT/pulumi-language-python-exec"
+}
+
+build_provider() {
+  [ -x "$OUT/pulumi-resource-kubernetes" ] && return
+  log "Kubernetes provider $K8S_PROVIDER_VERSION ($K8S_PROVIDER_MODULE_VERSION)"
+  local dir
+  dir="$(moddir provider-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4)"
+  (cd "$HERE/provider-kubernetes" && go run ./cmd/gen-embed "$dir" cmd/pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION")
+  gobuild provider provider-kubernetes \
+    "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$K8S_PROVIDER_VERSION" \
+    ./cmd/pulumi-resource-kubernetes
+}
+
+build_kube() {
+  [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/kube-controller-manager" ] && return
+  # pulumi-kubernetes refuses a server that reports v0.0: the version must come from ldflags.
+  local kv major minor
+  kv="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
+  major="${KUBERNETES_VERSION#v}"; minor="${major#*.}"; major="${major%%.*}"; minor="${minor%%.*}"
+  kv="$kv -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor"
+  kv="$kv -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+  log "kube-apiserver + kube-controller-manager $KUBERNETES_VERSION (k8s.io/kubernetes/cmd/...)"
+  gobuild kube kube "$kv" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+}
+
+build_etcd() {
+  [ -x "$OUT/etcd" ] && return
+  log "etcd $ETCD_VERSION (go.etcd.io/etcd/server/v3)"
+  gobuild etcd etcd "" go.etcd.io/etcd/server/v3
+}
+
+build_monitoring-crds() {
+  local crds="$KEYDIR/crds/monitoring.coreos.com"
+  [ -d "$crds" ] && return
+  log "Prometheus Operator CRDs $PROMETHEUS_OPERATOR_VERSION (github.com/prometheus-operator/prometheus-operator, example/prometheus-operator-crd)"
+  local dir
+  dir="$(moddir prometheus-operator github.com/prometheus-operator/prometheus-operator)"
+  mkdir -p "$crds.tmp"
+  cp "$dir"/example/prometheus-operator-crd/monitoring.coreos.com_*.yaml "$crds.tmp/"
+  chmod 0644 "$crds.tmp"/*.yaml
+  mv "$crds.tmp" "$crds"
+  log "Prometheus Operator CRDs: $(ls "$crds" | wc -l) files in $crds"
+}
+
+# Every build started here ends with this script (failure, Ctrl-C, timeout).
+trap 'kill $(jobs -pr) 2>/dev/null || true' EXIT
+jobs_max="${ENGINE_BUILD_JOBS:-2}"
+start=$SECONDS
+for t in "${tools[@]}"; do
+  while [ "$(jobs -pr | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+  ( "build_$t" ) &
+done
+wait || true
+failed=()
 for t in "${tools[@]}"; do
   case "$t" in
-  pulumi)
-    if [ ! -x "$OUT/pulumi" ]; then
-      log "Pulumi CLI $PULUMI_VERSION (github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)"
-      gobuild pulumi "$OUT/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi \
-        "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION"
-    fi
-    if [ ! -x "$OUT/pulumi-language-python" ]; then
-      log "Python language host (tools/engine/pulumi/cmd/pulumi-language-python on sdk/v3 $PULUMI_VERSION)"
-      gobuild pulumi "$OUT/pulumi-language-python" ./cmd/pulumi-language-python \
-        "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION"
-      sdkdir="$(cd "$HERE/pulumi" && go mod download github.com/pulumi/pulumi/sdk/v3 &&
-                go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
-      [ -n "$sdkdir" ] || { log "FAILED: no module directory for pulumi/sdk/v3"; exit 1; }
-      install -m 0755 "$sdkdir/python/cmd/pulumi-language-python-exec" "$OUT/pulumi-language-python-exec"
-    fi ;;
-  provider)
-    if [ ! -x "$OUT/pulumi-resource-kubernetes" ]; then
-      log "Kubernetes provider $K8S_PROVIDER_VERSION ($K8S_PROVIDER_MODULE_VERSION)"
-      # go list -m prints no Dir for a module not yet in the module cache (a cold machine): download it first.
-      moddir="$(cd "$HERE/provider-kubernetes" && go mod download github.com/pulumi/pulumi-kubernetes/provider/v4 &&
-                go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)"
-      [ -n "$moddir" ] || { log "FAILED: no module directory for pulumi-kubernetes/provider/v4"; exit 1; }
-      (cd "$HERE/provider-kubernetes" && go run ./cmd/gen-embed "$moddir" cmd/pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION")
-      gobuild provider-kubernetes "$OUT/pulumi-resource-kubernetes" ./cmd/pulumi-resource-kubernetes \
-        "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$K8S_PROVIDER_VERSION"
-    fi ;;
-  kube)
-    # pulumi-kubernetes refuses a server that reports v0.0: the version must come from ldflags.
-    kv="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
-    major="${KUBERNETES_VERSION#v}"; minor="${major#*.}"; major="${major%%.*}"; minor="${minor%%.*}"
-    kv="$kv -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor"
-    kv="$kv -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
-    for cmd in kube-apiserver kube-controller-manager; do
-      if [ ! -x "$OUT/$cmd" ]; then
-        log "$cmd $KUBERNETES_VERSION (k8s.io/kubernetes/cmd/$cmd)"
-        gobuild kube "$OUT/$cmd" "k8s.io/kubernetes/cmd/$cmd" "$kv"
-      fi
-    done ;;
-  etcd)
-    if [ ! -x "$OUT/etcd" ]; then
-      log "etcd $ETCD_VERSION (go.etcd.io/etcd/server/v3)"
-      gobuild etcd "$OUT/etcd" go.etcd.io/etcd/server/v3 ""
-    fi ;;
+    pulumi) need=(pulumi pulumi-language-python pulumi-language-python-exec) ;;
+    provider) need=(pulumi-resource-kubernetes) ;;
+    kube) need=(kube-apiserver kube-controller-manager) ;;
+    etcd) need=(etcd) ;;
+    monitoring-crds) need=(../crds/monitoring.coreos.com) ;;
   esac
+  for f in "${need[@]}"; do [ -e "$OUT/$f" ] || { failed+=("$t"); break; }; done
 done
+[ ${#failed[@]} -eq 0 ] || { log "FAILED: ${failed[*]} (see the lines above)"; exit 1; }
+[ $((SECONDS - start)) -lt 2 ] || log "tools ready in $((SECONDS - start))s: $OUT"
+trap - EXIT
 echo "$OUT"

@@ -23,9 +23,13 @@ import urllib3
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-SHARED_REFERENCE = ROOT.parent / "shared" / "reference"
-# The CRDs the Dynamo platform chart and the DRA driver chart install, as their upstream files (unmodified).
-CRD_FILES = ("dynamo/crds", "dra/crds")
+# ENGINE_LANE_REFERENCE=/nonexistent runs the lane as a clone without ../shared does (open-schema CRDs).
+SHARED_REFERENCE = Path(os.environ.get("ENGINE_LANE_REFERENCE") or ROOT.parent / "shared" / "reference")
+# The CRDs the Dynamo platform chart and the DRA driver chart install, as their upstream files (unmodified). Neither
+# project is served by a registry this lane reaches, so without ../shared the lane uses open-schema CRDs instead.
+UPSTREAM_CRD_DIRS = ("dynamo/crds", "dra/crds")
+# The Prometheus Operator CRDs: tools/engine/build.sh monitoring-crds copies them from the Go module's files.
+MONITORING_CRD_DIR = "crds/monitoring.coreos.com"
 ETCD_PORT, ETCD_PEER_PORT, API_PORT = 2379, 2380, 6443
 TOKEN = "kimi-k3-engine-lane-admin"
 STARTUP_TIMEOUT_S = 120
@@ -44,7 +48,7 @@ def only_loopback() -> list[str]:
 
 def tool_dir() -> Path:
     """Build (or reuse) the pinned tools; the CLI only when no `pulumi` is on PATH."""
-    want = ["provider", "kube", "etcd"] + ([] if shutil.which("pulumi") else ["pulumi"])
+    want = ["provider", "kube", "etcd", "monitoring-crds"] + ([] if shutil.which("pulumi") else ["pulumi"])
     out = subprocess.run([str(ROOT / "tools/engine/build.sh"), *want], check=True, stdout=subprocess.PIPE,
                          text=True).stdout.strip().splitlines()[-1]
     return Path(out)
@@ -161,17 +165,14 @@ class Cluster:
     def request(self, method: str, path: str, **kw) -> requests.Response:
         return self.session.request(method, f"{self.url}{path}", timeout=30, **kw)
 
-    def install_crds(self, reference: Path) -> list[str]:
+    def install_crds(self, crds: list[dict]) -> list[str]:
+        """Create each CRD and wait until all are Established."""
         names = []
-        for sub in CRD_FILES:
-            for f in sorted((reference / sub).glob("*.yaml")):
-                for crd in yaml.safe_load_all(f.read_text()):
-                    if not crd:
-                        continue
-                    r = self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
-                    if r.status_code not in (201, 409):
-                        raise RuntimeError(f"CRD {f.name} refused: {r.status_code} {r.text[:500]}")
-                    names.append(crd["metadata"]["name"])
+        for crd in crds:
+            r = self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
+            if r.status_code not in (201, 409):
+                raise RuntimeError(f"CRD {crd['metadata']['name']} refused: {r.status_code} {r.text[:500]}")
+            names.append(crd["metadata"]["name"])
         deadline = time.monotonic() + 60
         for name in names:
             while True:
@@ -200,11 +201,20 @@ class Cluster:
         return f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
 
     def plural(self, api_version: str, kind: str) -> str:
+        plural = self.served(api_version, kind)
+        if plural is None:
+            raise KeyError(f"{api_version} {kind} not served")
+        return plural
+
+    def served(self, api_version: str, kind: str) -> Optional[str]:
+        """The plural under which the API server serves `kind` of `api_version` (discovery), or None."""
         base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-        for res in self.request("GET", base).json()["resources"]:
-            if res["kind"] == kind and "/" not in res["name"]:
-                return res["name"]
-        raise KeyError(f"{api_version} {kind} not served")
+        r = self.request("GET", base)
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        return next((res["name"] for res in r.json()["resources"] if res["kind"] == kind and "/" not in res["name"]),
+                    None)
 
     def get(self, obj: dict) -> Optional[dict]:
         plural = self.plural(obj["apiVersion"], obj["kind"])
@@ -221,6 +231,91 @@ class Cluster:
                          data=json.dumps({"status": status}), headers={"Content-Type": "application/merge-patch+json"})
         if r.status_code >= 300:
             raise RuntimeError(f"status of {obj['kind']}/{obj['metadata']['name']}: {r.status_code} {r.text[:400]}")
+
+
+class CrdLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: the CRDs are megabytes
+    """SafeLoader that reads a bare `=` as the string it is (YAML 1.1 gives it the `value` tag, which PyYAML cannot
+    construct; the Prometheus Operator CRDs list `=` among relabeling/matcher operators)."""
+
+
+CrdLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))
+
+
+def read_crds(files: Iterable[Path]) -> list[dict]:
+    return [crd for f in files for crd in yaml.load_all(f.read_text(), Loader=CrdLoader)
+            if crd and crd.get("kind") == "CustomResourceDefinition"]
+
+
+def upstream_crds(reference: Path) -> Optional[list[dict]]:
+    """The Dynamo and DRA CRDs from ../shared/reference, or None where that folder (or a CRD folder) is absent."""
+    dirs = [reference / sub for sub in UPSTREAM_CRD_DIRS]
+    if not all(d.is_dir() and any(d.glob("*.yaml")) for d in dirs):
+        return None
+    return read_crds(f for d in dirs for f in sorted(d.glob("*.yaml")))
+
+
+def monitoring_crds(bin_dir: Path) -> list[dict]:
+    """The Prometheus Operator CRDs build.sh copied next to the tools (`build.sh monitoring-crds`)."""
+    d = bin_dir.parent / MONITORING_CRD_DIR
+    files = sorted(d.glob("*.yaml"))
+    if not files:
+        raise RuntimeError(f"no Prometheus Operator CRDs in {d}: run tools/engine/build.sh monitoring-crds")
+    return read_crds(files)
+
+
+def crd_kind(crd: dict) -> tuple[str, str]:
+    """(group, kind) a CRD defines."""
+    return crd["spec"]["group"], crd["spec"]["names"]["kind"]
+
+
+def plural_of(kind: str) -> str:
+    """controller-gen's default plural (lower-cased kind, English plural): DynamoGraphDeployment ->
+    dynamographdeployments; checked against the upstream CRDs where they exist (test_open_schema_crds_*)."""
+    k = kind.lower()
+    if k.endswith(("s", "x", "z", "ch", "sh")):
+        return k + "es"
+    if k.endswith("y") and k[-2:-1] not in "aeiou":
+        return k[:-1] + "ies"
+    return k + "s"
+
+
+def open_schema_crd(api_version: str, kind: str, namespaced: bool) -> dict:
+    """A CRD serving `kind` at `api_version` under its conventional plural with an open schema (any fields kept:
+    x-kubernetes-preserve-unknown-fields) and the status subresource (the harness sets status through it, as the
+    operator would). It checks names and scope only: no field, type, enum, CEL rule or defaulting of upstream's."""
+    group, version = api_version.split("/")
+    plural = plural_of(kind)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}",
+                     "annotations": {"kimi-k3.io/engine-lane": "open schema: upstream CRD not available"}},
+        "spec": {"group": group, "scope": "Namespaced" if namespaced else "Cluster",
+                 "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
+                 "versions": [{"name": version, "served": True, "storage": True, "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                                              "x-kubernetes-preserve-unknown-fields": True}}}]},
+    }
+
+
+def crd_identity(crd: dict, version: str) -> dict:
+    """What a client addresses: group, version (served), kind, plural, scope, status subresource."""
+    spec = crd["spec"]
+    v = next((v for v in spec["versions"] if v["name"] == version), None)
+    return {"group": spec["group"], "kind": spec["names"]["kind"], "plural": spec["names"]["plural"],
+            "scope": spec["scope"], "version": version, "served": bool(v and v.get("served")),
+            "status": bool(v and "status" in (v.get("subresources") or {}))}
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    """Kubernetes label-selector semantics (matchLabels and matchExpressions)."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], e.get("values") or []
+        if not {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
+                "Exists": key in labels, "DoesNotExist": key not in labels}[op]:
+            return False
+    return True
 
 
 # Fields the API server or its controllers set; everything else must be what `kimi-k3 render` wrote.

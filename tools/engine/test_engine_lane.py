@@ -2,13 +2,22 @@
 
 For each stack, in existing-cluster mode against the local API server (tools/engine/lane.py):
   1. `pulumi preview --policy-pack policies`: the engine runs our pack (a seeded violation blocks, naming the rule);
-  2. `pulumi up --yes`: every object accepted by the real API server (CRDs installed from ../shared/reference);
+  2. `pulumi up --yes`: every object accepted by the real API server, in the declared dependency order (the engine's
+     dependencies equal the render's; none started before its dependencies finished); the PodMonitors,
+     ServiceMonitor and PrometheusRule exist (kimi-k3:monitoring.stack existing, the Prometheus Operator's CRDs from
+     its Go module) and the serving PodMonitors select the live graph's pod templates, each role exactly once;
   3. the objects in the API server equal `kimi-k3 render`'s manifests, apart from server-set fields;
   4. a second preview shows no changes;
   5. a replica change previews as an update of the DynamoGraphDeployment; a change that would replace the model
      cache is refused;
   6. `pulumi destroy` keeps the model cache (README: the claim is retainOnDelete) and deletes the rest.
 Plus: `kimi-k3 diff` (offline, the PR workflow's) and `pulumi preview --diff` agree on one change.
+
+CRDs: the Prometheus Operator's from its Go module (tools/engine/build.sh monitoring-crds), always; the Dynamo and DRA
+ones unmodified from ../shared/reference where it exists, else open-schema CRDs of the same group/version/kind/plural
+(lane.open_schema_crd): then the API server checks names and scope only, not upstream's fields, types, enums, CEL
+rules or defaults (tests/test_schemas.py checks the render against upstream's schemas where ../shared exists, and
+test_open_schema_crds_name_what_upstream_serves checks the fallback's names against upstream's).
 
 No kubelet or operator runs: the harness sets the status a controller would (download Job Complete, graph Ready)
 once the object exists, so the program's real awaits (`pulumi.com/waitFor`) complete.
@@ -36,6 +45,7 @@ import yaml
 import lane
 
 STACKS = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
+MONITORING_API = "monitoring.coreos.com/v1"  # the Prometheus Operator's PodMonitor/ServiceMonitor/PrometheusRule
 DIFF_STACK = "gb300-disagg"  # the stack on which offline diff and preview --diff are compared
 COMMAND_TIMEOUT_S = 600
 REPORT: dict = {"steps": []}
@@ -55,18 +65,16 @@ def world():
     if interfaces != ["lo"]:
         pytest.skip(f"the lane runs only in a network namespace with loopback alone (make test-engine uses "
                     f"`unshare -n`); this one has {interfaces}")
-    if not lane.SHARED_REFERENCE.is_dir():
-        pytest.skip(f"upstream CRDs not found at {lane.SHARED_REFERENCE} (the Dynamo and DRA CRDs are installed "
-                    f"from there; no chart can be fetched in this lane)")
     # A SIGTERM (timeout, CI) unwinds like Ctrl-C, so the servers below are stopped by the finally clause.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt("SIGTERM")))
     bin_dir = Path(os.environ["ENGINE_BIN"]) if os.environ.get("ENGINE_BIN") else lane.tool_dir()
     # Our own directory: pytest's shared basetemp is pruned by other pytest runs on the same machine.
     work = Path(tempfile.mkdtemp(prefix="kimi-k3-engine-lane-"))
+    used = rendered_kinds(work)
     cluster = lane.Cluster(bin_dir, work).start()
     try:
         version = cluster.version()
-        crds = cluster.install_crds(lane.SHARED_REFERENCE)
+        crds, custom_kinds = install_crds(cluster, bin_dir, used)
         for name in ("lane-rwx", "lane-rwx-other"):
             cluster.add_storage_class(name)
         REPORT["apiserver"] = version["gitVersion"]
@@ -82,8 +90,8 @@ def world():
         REPORT["pulumi_path"] = subprocess.run(["sh", "-c", "command -v pulumi"], env=env, capture_output=True,
                                                text=True).stdout.strip()
         lane.log(f"pulumi {REPORT['pulumi']} at {REPORT['pulumi_path']}; API server {version['gitVersion']}; "
-                 f"{len(crds)} CRDs")
-        yield {"cluster": cluster, "env": env, "project": project, "work": work}
+                 f"{len(crds['installed'])} CRDs")
+        yield {"cluster": cluster, "env": env, "project": project, "work": work, "custom_kinds": custom_kinds}
     finally:
         cluster.stop()
         out = lane.ROOT / "build" / "engine-lane"
@@ -94,11 +102,57 @@ def world():
         shutil.rmtree(work, ignore_errors=True)
 
 
-def pulumi(world, *args: str, check: bool = True, stack: str | None = None) -> subprocess.CompletedProcess:
+def rendered_kinds(work: Path) -> dict[tuple[str, str], bool]:
+    """(apiVersion, kind) -> namespaced, of every object `kimi-k3 render` makes for the four stacks in lane mode."""
+    project = work / "kinds-project"
+    project.mkdir()
+    for entry in PROJECT_ENTRIES:
+        (project / entry).symlink_to(lane.ROOT / entry)
+    for stack in STACKS:
+        (project / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": lane_config(stack)}, sort_keys=False))
+    out = work / "kinds-render"
+    proc = subprocess.run([str(lane.ROOT / ".venv/bin/kimi-k3"), "render", *STACKS, "--out", str(out),
+                           "--no-critical-path"], cwd=project, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    assert proc.returncode == 0, f"kimi-k3 render {' '.join(STACKS)}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    kinds: dict[tuple[str, str], bool] = {}
+    for stack in STACKS:
+        for obj in yaml.safe_load_all((out / stack / "manifests.yaml").read_text()):
+            if obj:
+                kinds[(obj["apiVersion"], obj["kind"])] = "namespace" in obj["metadata"]
+    return kinds
+
+
+def install_crds(cluster: lane.Cluster, bin_dir: Path, used: dict[tuple[str, str], bool]) -> tuple[dict, dict]:
+    """CRDs for every kind the renders use that Kubernetes itself does not serve: the Prometheus Operator's (from its
+    Go module; schema-validated) and the Dynamo/DRA ones, upstream's from ../shared/reference where present (schema-
+    validated), else open-schema CRDs of the same group/version/kind/plural (names and scope only). Returns what was
+    installed (for the report) and the custom kinds used: (apiVersion, kind) -> namespaced."""
+    custom = {k: ns for k, ns in used.items() if cluster.served(*k) is None}
+    custom_group_kinds = {(api.split("/")[0], kind) for api, kind in custom}
+    monitoring = [c for c in lane.monitoring_crds(bin_dir) if lane.crd_kind(c) in custom_group_kinds]
+    upstream = lane.upstream_crds(lane.SHARED_REFERENCE)
+    if upstream is not None:
+        mode, rest = f"upstream CRDs from {lane.SHARED_REFERENCE} (schema-validated)", upstream
+    else:
+        have = {lane.crd_kind(c) for c in monitoring}
+        rest = [lane.open_schema_crd(api, kind, ns) for (api, kind), ns in sorted(custom.items())
+                if (api.split("/")[0], kind) not in have]
+        mode = (f"open-schema CRDs for {', '.join(c['spec']['names']['kind'] for c in rest)} ({lane.SHARED_REFERENCE} "
+                f"absent: names and scope checked, not upstream's schemas)")
+    installed = cluster.install_crds(monitoring + rest)
+    unserved = sorted(f"{api} {kind}" for api, kind in used if cluster.served(api, kind) is None)
+    assert not unserved, f"kinds the renders use that the API server does not serve after the CRDs: {unserved}"
+    lane.log(f"CRDs: {mode}; Prometheus Operator {', '.join(c['spec']['names']['kind'] for c in monitoring)} from "
+             f"its Go module (schema-validated)")
+    return {"mode": mode, "installed": installed, "monitoring": [c["metadata"]["name"] for c in monitoring]}, custom
+
+
+def pulumi(world, *args: str, check: bool = True, stack: str | None = None,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     cmd = ["pulumi", *args, "--non-interactive", "--color", "never"] + (["--stack", stack] if stack else [])
     start = time.monotonic()
     # Own process group: on a timeout the CLI, its language host, provider and policy pack all end with it.
-    child = subprocess.Popen(cmd, cwd=world["project"], env=world["env"], stdout=subprocess.PIPE,
+    child = subprocess.Popen(cmd, cwd=world["project"], env={**world["env"], **(env or {})}, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = child.communicate(timeout=COMMAND_TIMEOUT_S)
@@ -106,6 +160,10 @@ def pulumi(world, *args: str, check: bool = True, stack: str | None = None) -> s
         os.killpg(child.pid, signal.SIGKILL)
         out, err = child.communicate()
         raise AssertionError(f"{' '.join(cmd)} did not finish within {COMMAND_TIMEOUT_S}s\n{out[-4000:]}\n{err[-2000:]}")
+    except BaseException:  # Ctrl-C, or the SIGTERM of a timeout: the CLI's process group ends with the lane
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        raise
     try:  # anything the CLI left running (a plugin that outlived it) ends here too
         os.killpg(child.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -120,15 +178,16 @@ def pulumi(world, *args: str, check: bool = True, stack: str | None = None) -> s
     return proc
 
 
-def lane_config(stack: str, world) -> dict:
+def lane_config(stack: str) -> dict:
     """The repo stack's recipe and pricing, in existing-cluster mode on the lane's API server."""
     repo = yaml.safe_load((lane.ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
     config = {k: v for k, v in repo.items() if k in ("kimi-k3:recipe", "kimi-k3:pricing")}
     config["kimi-k3:cluster"] = {"mode": "existing"}
     config["kimi-k3:storage"] = {"storageClass": "lane-rwx"}
     config["kimi-k3:serving"] = {"namespace": f"lane-{stack}"}
-    # This cluster has no Prometheus Operator (its CRDs are not in ../shared/reference): add no monitoring objects.
-    config["kimi-k3:monitoring"] = {"stack": "none"}
+    # The cluster's own Prometheus Operator (its CRDs are installed; no kube-prometheus-stack chart can be fetched):
+    # the program adds only its PodMonitors, ServiceMonitor, PrometheusRule and dashboard.
+    config["kimi-k3:monitoring"] = {"stack": "existing"}
     return config
 
 
@@ -209,7 +268,7 @@ def changed_steps(doc: dict) -> list[dict]:
 @pytest.mark.parametrize("stack", STACKS)
 def test_stack_under_the_engine(world, stack):
     cluster = world["cluster"]
-    config = lane_config(stack, world)
+    config = lane_config(stack)
     init_stack(world, stack, config)
     rendered = render(world, stack, world["work"] / "render" / stack)
     kinds = sorted({o["kind"] for o in rendered})
@@ -221,14 +280,23 @@ def test_stack_under_the_engine(world, stack):
     evidence(stack, "1 preview --policy-pack", time.monotonic() - t, pack="kimi-k3@v0.1.0",
              creates=proc.stdout.count(" create "))
 
-    # 2. up: every object accepted by the API server.
+    # 2. up: every object accepted by the API server, in the order the program declares.
     t = time.monotonic()
+    events = world["work"] / f"events-{stack}.jsonl"
     with StatusSetter(cluster, rendered) as statuses:
-        pulumi(world, "up", "--yes", "--policy-pack", "policies", "--skip-preview", stack=stack)
+        pulumi(world, "up", "--yes", "--policy-pack", "policies", "--skip-preview", "--event-log", str(events),
+               stack=stack, env={"PULUMI_DEBUG_COMMANDS": "true"})  # the CLI offers --event-log only with this
     assert not statuses.errors, statuses.errors
     missing = [f"{o['kind']}/{o['metadata']['name']}" for o in rendered if cluster.get(o) is None]
     assert not missing, f"rendered objects not in the API server after up: {missing}"
-    evidence(stack, "2 up", time.monotonic() - t, objects=len(rendered), kinds=kinds, statuses_set=statuses.done)
+    order = declared_order(world, stack, events, world["work"] / "render" / stack / "resources.json")
+    evidence(stack, "2 up", time.monotonic() - t, objects=len(rendered), kinds=kinds, statuses_set=statuses.done,
+             **order)
+
+    # 2b. monitoring against the cluster's Prometheus Operator: the monitors and rules exist, and the serving
+    # PodMonitors select the pod templates of the graph the API server holds, each role exactly once.
+    t = time.monotonic()
+    evidence(stack, "2b monitors select the graph", time.monotonic() - t, **monitors_match_graph(cluster, rendered))
 
     # 3. live objects equal the render, apart from fields the server (or its defaulting) sets.
     t = time.monotonic()
@@ -277,6 +345,8 @@ def test_stack_under_the_engine(world, stack):
     # retainOnDelete (not protect, so teardown works), and the refusal is `make up`'s guard: `kimi-k3 check STACK
     # --against` the exported state, rule model-cache-kept. The real preview must not pass either.
     t = time.monotonic()
+    claims = [o for o in rendered if o["kind"] == "PersistentVolumeClaim"]
+    uids = {o["metadata"]["name"]: cluster.get(o)["metadata"]["uid"] for o in claims}
     edit_config(world, stack, "kimi-k3:storage", ["storageClass"], "lane-rwx-other")
     doc, proc = preview_steps(world, stack, check=False)
     out = proc.stdout + proc.stderr
@@ -287,6 +357,8 @@ def test_stack_under_the_engine(world, stack):
                            cwd=world["project"], env=world["env"], capture_output=True, text=True, timeout=300)
     said = guard.stdout + guard.stderr
     assert guard.returncode != 0 and "model-cache-kept" in said, f"guard did not refuse the cache replacement:\n{said}"
+    after = {o["metadata"]["name"]: (cluster.get(o) or {}).get("metadata", {}).get("uid") for o in claims}
+    assert claims and after == uids, f"the refused change touched the claims: before {uids}, after {after}"
     evidence(stack, "5b cache replacement refused", time.monotonic() - t,
              preview=next((line.strip() for line in out.splitlines() if "immutable" in line or "error" in line), "")[:300],
              guard=next((line.strip() for line in said.splitlines() if "model-cache-kept" in line), "")[:300])
@@ -308,6 +380,69 @@ def test_stack_under_the_engine(world, stack):
     assert left == cache, f"destroy left more than the model cache: {sorted(left - cache)}"
     evidence(stack, "6 destroy keeps the cache", time.monotonic() - t, plain_destroy=plain_facts,
              left=sorted(left))
+
+
+def declared_order(world, stack: str, events: Path, resources_json: Path) -> dict:
+    """The engine's recorded dependencies equal those `kimi-k3 render` reports (resources.json dependsOn, what the
+    critical path is computed from), and `up` started each resource only after all of its dependencies finished
+    (`--event-log`: resourcePreEvent / resOutputsEvent sequence numbers)."""
+    state = world["work"] / f".order-{stack}.json"
+    pulumi(world, "stack", "export", "--file", str(state), stack=stack)
+    # The root stack and default providers are the engine's own; the render records what the program registers.
+    engine = {r["urn"]: set(r.get("dependencies") or []) for r in json.loads(state.read_text())["deployment"]["resources"]
+              if r["type"] != "pulumi:pulumi:Stack" and not r["urn"].split("::")[-1].startswith("default")}
+    render = {r["urn"]: set(r.get("dependsOn") or []) for r in json.loads(resources_json.read_text())["resources"]}
+    assert set(engine) == set(render), (f"resources only in the engine: {sorted(set(engine) - set(render))}; only in "
+                                        f"the render: {sorted(set(render) - set(engine))}")
+    differ = {urn: {"engine": sorted(engine[urn] - render[urn]), "render": sorted(render[urn] - engine[urn])}
+              for urn in engine if engine[urn] != render[urn]}
+    assert not differ, f"dependencies differ between the engine and kimi-k3 render: {json.dumps(differ, indent=1)}"
+    started, finished = {}, {}
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if (pre := event.get("resourcePreEvent")) and not pre.get("planning"):
+            started[pre["metadata"]["urn"]] = event["sequence"]
+        elif out := event.get("resOutputsEvent"):
+            finished[out["metadata"]["urn"]] = event["sequence"]
+    assert set(engine) <= set(started) and set(engine) <= set(finished), \
+        f"resources without create events: {sorted(set(engine) - (set(started) & set(finished)))}"
+    early = [f"{urn.split('::')[-1]} started before {dep.split('::')[-1]} finished"
+             for urn, deps in engine.items() for dep in deps if dep in finished and finished[dep] > started[urn]]
+    assert not early, f"up did not follow the declared order: {early}"
+    return {"resources": len(engine), "dependency_edges": sum(len(d) for d in engine.values())}
+
+
+def monitors_match_graph(cluster: lane.Cluster, rendered: list[dict]) -> dict:
+    """Read back from the API server: the PodMonitors/ServiceMonitors/PrometheusRules the render has exist; each
+    PodMonitor of the graph's namespace (no namespaceSelector: it selects pods of its own namespace) selects the pod
+    template of at least one component of the live DynamoGraphDeployment, every component is selected exactly once,
+    and the serving alerts query that namespace. (The DCGM and DRA monitors select other charts' pods, not here.)"""
+    graph = next(o for o in rendered if o["kind"] == "DynamoGraphDeployment")
+    ns = graph["metadata"]["namespace"]
+    live_graph = cluster.get(graph)
+    templates = {c["name"]: ((c.get("podTemplate") or {}).get("metadata") or {}).get("labels") or {}
+                 for c in live_graph["spec"]["components"]}
+    live: dict[str, list[dict]] = {}
+    for kind, plural in (("PodMonitor", "podmonitors"), ("ServiceMonitor", "servicemonitors"),
+                         ("PrometheusRule", "prometheusrules")):
+        r = cluster.request("GET", f"/apis/monitoring.coreos.com/v1/namespaces/{ns}/{plural}")
+        r.raise_for_status()
+        live[kind] = r.json()["items"]
+    want = sorted((o["kind"], o["metadata"]["name"]) for o in rendered if o["apiVersion"] == MONITORING_API)
+    have = sorted((kind, o["metadata"]["name"]) for kind, items in live.items() for o in items)
+    assert want == have, f"monitoring objects: rendered {want}, in the API server {have}"
+    assert {k for k, _ in have} == {"PodMonitor", "ServiceMonitor", "PrometheusRule"}, have
+    serving = [m for m in live["PodMonitor"] if not m["spec"].get("namespaceSelector")]
+    picked = {m["metadata"]["name"]: sorted(c for c, labels in templates.items() if lane.selects(m["spec"]["selector"], labels))
+              for m in serving}
+    assert all(picked.values()), f"PodMonitors selecting no pod template of the graph: {picked} (templates {templates})"
+    counts = {c: sum(c in cs for cs in picked.values()) for c in templates}
+    assert all(n == 1 for n in counts.values()), f"graph components not selected exactly once: {counts} ({picked})"
+    exprs = [r["expr"] for rule in live["PrometheusRule"] for g in rule["spec"]["groups"] for r in g["rules"]
+             if "dynamo_" in r["expr"]]
+    assert exprs and all(f'namespace="{ns}"' in e for e in exprs), f"serving alerts not on namespace {ns}: {exprs}"
+    return {"selected": picked, "alerts_on_namespace": len(exprs),
+            "monitors": {k: len(v) for k, v in live.items()}}
 
 
 def edit_config(world, stack: str, key: str, path: list[str], value=None, remove: bool = False) -> None:
@@ -361,7 +496,7 @@ def offline_diff_agrees(world, stack: str, config: dict, steps: list[dict]) -> N
 def test_seeded_violation_blocks_preview(world):
     """A stack whose decode workers carry a removed vLLM flag: the engine's run of our pack blocks the preview."""
     stack = "seeded-violation"
-    config = lane_config("gb300-disagg", world)
+    config = lane_config("gb300-disagg")
     config["kimi-k3:serving"] = {"namespace": "lane-seeded", "roles": {"decode": {"extraArgs": {
         "--is-decode-worker": True}}}}
     init_stack(world, stack, config)
@@ -373,3 +508,25 @@ def test_seeded_violation_blocks_preview(world):
         f"the block does not name the rule:\n{out[-3000:]}"
     evidence(stack, "1 seeded violation blocks", time.monotonic() - t,
              line=next(line.strip() for line in out.splitlines() if "no-removed-flags" in line)[:300])
+
+
+def test_open_schema_crds_name_what_upstream_serves(world):
+    """Without ../shared the lane serves the Dynamo and DRA kinds through open-schema CRDs: they must address the
+    same group, version, kind, plural and scope, with the status subresource, as the upstream CRDs do."""
+    upstream = lane.upstream_crds(lane.SHARED_REFERENCE)
+    if upstream is None:
+        pytest.skip(f"no upstream CRDs at {lane.SHARED_REFERENCE}: this run used the open-schema CRDs, and there is "
+                    f"nothing to compare their names with")
+    by_kind = {lane.crd_kind(c): c for c in upstream}
+    compared = []
+    for (api, kind), namespaced in sorted(world["custom_kinds"].items()):
+        group, version = api.split("/")
+        if (group, kind) not in by_kind:  # monitoring.coreos.com: always the Prometheus Operator's own CRDs
+            continue
+        want = lane.crd_identity(by_kind[(group, kind)], version)
+        got = lane.crd_identity(lane.open_schema_crd(api, kind, namespaced), version)
+        assert got == want, f"open-schema CRD for {api} {kind}: {got}, upstream {want}"
+        compared.append(f"{kind}.{group}/{version}")
+    assert {"DynamoGraphDeployment.nvidia.com/v1beta1", "ComputeDomain.resource.nvidia.com/v1beta1"} <= set(compared), \
+        compared
+    evidence("-", "open-schema CRDs name what upstream serves", 0, compared=compared)
