@@ -65,11 +65,14 @@ moddir() {  # wrapper-dir module
 }
 
 # go build with progress on stderr: one line per 200 packages compiled (go build -v names each package it compiles).
-gobuild() {  # name dir ldflags package...
-  local name="$1" dir="$2" ldflags="$3" start=$SECONDS tmp="$OUT/.tmp-$1"
-  shift 3
+# Several main packages build in one `go build` (each binary named after its package's directory); BIN names the
+# binary of a single package whose directory name is not the tool's (etcd's main package is server/v3).
+gobuild() {  # name dir ldflags BIN|- package...
+  local name="$1" dir="$2" ldflags="$3" bin="$4" start=$SECONDS tmp="$OUT/.tmp-$1"
+  shift 4
   rm -rf "$tmp" && mkdir -p "$tmp"
-  if ! (cd "$HERE/$dir" && go build -v -trimpath -ldflags "-s -w $ldflags" -o "$tmp/" "$@") 2>&1 |
+  [ "$bin" = - ] && bin="" || bin="$tmp/$bin"
+  if ! (cd "$HERE/$dir" && go build -v -trimpath -ldflags "-s -w $ldflags" -o "${bin:-$tmp/}" "$@") 2>&1 |
     awk -v name="$name" '/^(go: |#|.*\.go:[0-9]+)/ {print name ": " $0 > "/dev/stderr"; next}
       {n++; if (n % 200 == 0) printf "[engine-build] %s: %d packages compiled\n", name, n > "/dev/stderr"}'; then
     log "FAILED: $name"; rm -rf "$tmp"; return 1
@@ -84,7 +87,7 @@ gobuild() {  # name dir ldflags package...
 build_pulumi() {
   [ -x "$OUT/pulumi" ] && [ -x "$OUT/pulumi-language-python" ] && [ -x "$OUT/pulumi-language-python-exec" ] && return
   log "Pulumi CLI $PULUMI_VERSION (github.com/pulumi/pulumi/pkg/v3/cmd/pulumi) + Python language host (tools/engine/pulumi/cmd/pulumi-language-python)"
-  gobuild pulumi pulumi "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" \
+  gobuild pulumi pulumi "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" - \
     github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ./cmd/pulumi-language-python
   local sdkdir
   sdkdir="$(moddir pulumi github.com/pulumi/pulumi/sdk/v3)"
@@ -98,7 +101,7 @@ build_provider() {
   dir="$(moddir provider-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4)"
   (cd "$HERE/provider-kubernetes" && go run ./cmd/gen-embed "$dir" cmd/pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION")
   gobuild provider provider-kubernetes \
-    "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$K8S_PROVIDER_VERSION" \
+    "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$K8S_PROVIDER_VERSION" - \
     ./cmd/pulumi-resource-kubernetes
 }
 
@@ -111,13 +114,13 @@ build_kube() {
   kv="$kv -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor"
   kv="$kv -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
   log "kube-apiserver + kube-controller-manager $KUBERNETES_VERSION (k8s.io/kubernetes/cmd/...)"
-  gobuild kube kube "$kv" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+  gobuild kube kube "$kv" - k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
 }
 
 build_etcd() {
   [ -x "$OUT/etcd" ] && return
   log "etcd $ETCD_VERSION (go.etcd.io/etcd/server/v3)"
-  gobuild etcd etcd "" go.etcd.io/etcd/server/v3
+  gobuild etcd etcd "" etcd go.etcd.io/etcd/server/v3
 }
 
 build_monitoring-crds() {
