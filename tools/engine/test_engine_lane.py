@@ -44,6 +44,8 @@ import yaml
 
 import lane
 
+# The harness talks to the API server's self-signed loopback certificate without verifying it (lane.Cluster).
+pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 STACKS = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
 MONITORING_API = "monitoring.coreos.com/v1"  # the Prometheus Operator's PodMonitor/ServiceMonitor/PrometheusRule
 DIFF_STACK = "gb300-disagg"  # the stack on which offline diff and preview --diff are compared
