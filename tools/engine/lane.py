@@ -165,8 +165,13 @@ class Cluster:
     def request(self, method: str, path: str, **kw) -> requests.Response:
         return self.session.request(method, f"{self.url}{path}", timeout=30, **kw)
 
-    def install_crds(self, crds: list[dict]) -> list[str]:
-        """Create each CRD and wait until all are Established."""
+    def install_crds(self, crds: "list[dict] | Path") -> list[str]:
+        """Create each CRD and wait until all are Established (a Path: the upstream Dynamo and DRA CRDs under it)."""
+        if isinstance(crds, Path):
+            found = upstream_crds(crds)
+            if found is None:
+                raise RuntimeError(f"no upstream CRDs under {crds} ({', '.join(UPSTREAM_CRD_DIRS)})")
+            crds = found
         names = []
         for crd in crds:
             r = self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
