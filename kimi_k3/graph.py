@@ -13,7 +13,8 @@ from pydantic import Field, ValidationError
 from .data import recipe_file
 from .images import NODE_ARCHES, image_facts, image_tag, kube_arch, names_runtime_version, pin_problem
 from .aws import efa_devices_per_node, load_aws_facts
-from .planner import Platform, load_model_facts, load_platforms, memory_fit
+from . import flags as argv_flags
+from .planner import Platform, aligned_block_size, load_model_facts, load_platforms, memory_fit
 from .config import (
     ConfigError, FlagValue, Quantity, StackConfig, Strict, allowed_as, format_validation_error,
 )
@@ -25,10 +26,10 @@ DERIVED_WORKER_FLAGS = {
     "--tensor-parallel-size": "kimi-k3:serving.roles.<role>.tp",
     "--gpu-memory-utilization": "kimi-k3:serving.roles.<role>.gpuMemoryUtilization",
     "--kv-cache-dtype": "the recipe's kvCacheDtype", "--max-model-len": "the recipe's maxModelLen",
-    "--block-size": "the recipe's blockSize", "--kv-events-config": "the recipe's publishesKvEvents",
+    "--block-size": "vLLM's aligned hybrid block (planner.aligned_block_size)", "--kv-events-config": "the recipe's publishesKvEvents",
     "--decode-context-parallel-size": "kimi-k3:serving.roles.<role>.dcp",
 }
-DERIVED_FRONTEND_FLAGS = {"--kv-cache-block-size": "the recipe's blockSize"}
+DERIVED_FRONTEND_FLAGS = {"--kv-cache-block-size": "the workers' --block-size (planner.aligned_block_size)"}
 
 
 class RoleRecipe(Strict):
@@ -63,7 +64,8 @@ class Recipe(Strict):
     platform: Literal["gb200", "gb300"]
     image: str
     runtime_version: Optional[str] = Field(None, alias="runtimeVersion")
-    block_size: int = Field(alias="blockSize", ge=1)
+    # Optional: derived per role (vllm_block_size); a value vLLM would raise is refused, not rendered.
+    block_size: Optional[int] = Field(None, alias="blockSize", ge=1)
     max_model_len: int = Field(alias="maxModelLen", ge=1)
     kv_cache_dtype: Literal["fp8", "bf16", "auto"] = Field(alias="kvCacheDtype")
     kv_events_port: int = Field(alias="kvEventsPort", ge=1024, le=65535)
@@ -469,7 +471,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             "--model": model_path, "--served-model-name": cfg.model.served_model_name,
             "--tensor-parallel-size": tp, "--gpu-memory-utilization": util,
             "--kv-cache-dtype": recipe.kv_cache_dtype, "--max-model-len": recipe.max_model_len,
-            "--block-size": recipe.block_size,
+            "--block-size": 0,  # set below from the role's final flags (vllm_block_size)
         }
         events = {"--kv-events-config": (
             '{"publisher":"zmq","topic":"kv-events","endpoint":"tcp://*:%d","enable_kv_cache_events":true}'
@@ -480,6 +482,13 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             flags = merge(flags, {"--decode-context-parallel-size": dcp})
         if efa:
             flags = _kv_over_efa(flags)
+        block = vllm_block_size(flag_list(flags))
+        if recipe.block_size is not None and recipe.block_size != block:
+            raise ConfigError(f"recipes/{cfg.recipe}.yaml: blockSize = {recipe.block_size}: vLLM runs role {key} "
+                              f"(TP{tp}, prefix caching {'on' if _prefix_caching(flag_list(flags)) else 'off'}) "
+                              f"with {block}-token blocks and hashes prefixes and publishes KV events in them; "
+                              f"allowed: {block}, or leave blockSize out (derived)")
+        flags["--block-size"] = block
         env = merge(merge(merge(base_env, recipe.worker.env), rr.env), over.env if over else {})
         cache_key = compile_cache_key(image, flag_list(flags)) if compile_cache else ""
         if compile_cache:
@@ -498,9 +507,12 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             nvlink_group=name if transport == "nvlink" else f"{name}-{key}",
             compute_domain="nvlink" if shared_domain else key,
         ))
+    # Roles of one TP share one block (every shipped stack); with mixed TP the frontend flag names the first role's,
+    # and Dynamo's router still routes each worker set by the block its model card registers (watcher.rs).
+    block_size = int(role_flag(roles[0], "--block-size"))
     fe = cfg.serving.frontend
     _check_overridable(fe.extra_args, DERIVED_FRONTEND_FLAGS, "kimi-k3:serving.frontend.extraArgs")
-    fe_flags = merge(merge(recipe.frontend.args, {"--kv-cache-block-size": recipe.block_size}), fe.extra_args)
+    fe_flags = merge(merge(recipe.frontend.args, {"--kv-cache-block-size": block_size}), fe.extra_args)
     http_port = int(fe_flags.get("--http-port", 8000))
     frontend = Frontend(
         component="Frontend", replicas=fe.replicas or recipe.frontend.replicas,
@@ -510,7 +522,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     )
     graph = ServingGraph(
         stack=stack, recipe=cfg.recipe, name=name, namespace=cfg.serving.namespace,
-        platform=platform, image=image, runtime_version=runtime_version, block_size=recipe.block_size,
+        platform=platform, image=image, runtime_version=runtime_version, block_size=block_size,
         model_repo=cfg.model.repo, model_revision=cfg.model.revision, served_model_name=cfg.model.served_model_name,
         cache_mount_path=cfg.model.cache_mount_path.rstrip("/"), model_path=model_path,
         frontend=frontend, roles=tuple(roles),
@@ -558,8 +570,23 @@ def role_flag(role: "Role", flag: str, default: Optional[str] = None) -> Optiona
 
 def role_prefix_caching(role: "Role") -> bool:
     """Whether a role's vLLM caches prefixes: the last of the two flags wins; neither = vLLM V1's default, on."""
-    flags = [a for a in role.args if a in ("--enable-prefix-caching", "--no-enable-prefix-caching")]
+    return _prefix_caching(role.args)
+
+
+def _prefix_caching(tokens) -> bool:
+    flags = [a for a in tokens if a in ("--enable-prefix-caching", "--no-enable-prefix-caching")]
     return not flags or flags[-1] == "--enable-prefix-caching"
+
+
+def vllm_block_size(tokens) -> int:
+    """The block vLLM runs a Kimi K3 worker with, from its argv: a smaller --block-size is raised to it
+    (_align_hybrid_block_size), and prefix hashes, KV events and Dynamo's model card all use it."""
+    tp = int(argv_flags.flag_value(tokens, "--tensor-parallel-size") or 1)
+    dtype = argv_flags.flag_value(tokens, "--kv-cache-dtype") or "auto"
+    spec = json.loads(argv_flags.flag_value(tokens, "--speculative-config") or "{}")
+    return aligned_block_size(tp, kv_cache_dtype="bf16" if dtype == "auto" else dtype,
+                              spec_tokens=int(spec.get("num_speculative_tokens", 0) or 0),
+                              prefix_caching=_prefix_caching(tokens))
 
 
 def cache_size_gi(cfg: StackConfig, checkpoint_bytes: int) -> int:

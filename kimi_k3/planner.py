@@ -444,6 +444,18 @@ def _validate(m: ModelFacts, platforms: dict[str, Platform], gpu: str, tp: int, 
         raise ValueError("spec_tokens must be >= 0")
 
 
+def aligned_block_size(tp: int, *, kv_cache_dtype: str = "fp8", spec_tokens: int = 0, prefix_caching: bool = False,
+                       facts: ModelFacts | None = None) -> int:
+    """The attention block (tokens) vLLM runs Kimi K3 with: its prefix-hash and KV-event unit, which a smaller
+    --block-size does not change (vLLM raises it to this) and which the KV router must use too."""
+    m = facts or load_model_facts()
+    # vllm/platforms/interface.py _align_hybrid_block_size: the smallest multiple of the kernel alignment whose
+    # MLA page holds one KDA state page (which is then padded to it); the DCP rank's page is the same size.
+    attn_page_per_token = (m.kv_lora_rank + m.qk_rope_head_dim) * m.kv_dtype_bytes[kv_cache_dtype]
+    align = m.mla_block_alignment_prefix_caching if prefix_caching else m.mla_block_alignment
+    return align * math.ceil(kda_state_page_bytes(m, tp, spec_tokens) / (align * attn_page_per_token))
+
+
 def plan_role(gpu: str, tp: int, *, dcp: int = 1, gpu_memory_utilization: float = 0.9,
               kv_cache_dtype: str = "fp8", spec_tokens: int = 0, max_model_len: int = 1048576,
               kv_budget_gib: float | None = None, activation_reserve_gib: float | None = None,
@@ -459,11 +471,9 @@ def plan_role(gpu: str, tp: int, *, dcp: int = 1, gpu_memory_utilization: float 
         pool = plats[gpu].hbm_gb * GB * gpu_memory_utilization - weights - reserve
     else:
         pool = kv_budget_gib * GIB
-    # vllm/platforms/interface.py _align_hybrid_block_size: the smallest multiple of the kernel alignment whose
-    # MLA page holds one KDA state page (which is then padded to it); the DCP rank's page is the same size.
     attn_page_per_token = (m.kv_lora_rank + m.qk_rope_head_dim) * m.kv_dtype_bytes[kv_cache_dtype]
-    align = m.mla_block_alignment_prefix_caching if prefix_caching else m.mla_block_alignment
-    block = align * math.ceil(kda_state_page_bytes(m, tp, spec_tokens) / (align * attn_page_per_token))
+    block = aligned_block_size(tp, kv_cache_dtype=kv_cache_dtype, spec_tokens=spec_tokens,
+                               prefix_caching=prefix_caching, facts=m)
     page = block * attn_page_per_token
     size, attn_groups, kda_groups = _group_layout(len(m.mla_layers), len(m.kda_layers))
     # vllm/v1/core/kv_cache_utils.py get_num_blocks: available // page // layers per group.

@@ -13,7 +13,7 @@ from kimi_k3 import rehearsal, smoke
 from kimi_k3.commands.main import main
 from kimi_k3.config import parse_stack_config
 from kimi_k3.graph import build_graph
-from kimi_k3.stacks import load_stack
+from kimi_k3.stacks import StackError, load_stack
 
 from conftest import ROOT, STACKS, flag, stack_config
 
@@ -97,17 +97,20 @@ def test_replica_count_change_changes_the_rehearsal():
     assert [w.name for w in more.workers] == ["prefill-0", "prefill-1", "decode-0", "decode-1", "decode-2"]
 
 
-def test_block_size_change_in_the_recipe_changes_the_rehearsal(monkeypatch):
-    base = plan_for("gb300")
+def test_rehearsal_runs_vllms_aligned_block(monkeypatch):
+    # The mocker and the frontend get the block vLLM runs Kimi K3 with (1536 at TP8 with prefix caching), not 64.
+    plan = plan_for("gb300")
+    assert flag(list(plan.processes[0].args), "--kv-cache-block-size") == "1536"
+    for role in plan.roles:
+        assert flag(list(role.args), "--block-size") == "1536"
+        assert role.capacity.num_blocks == role.capacity.tokens // 1536
+
+
+def test_recipe_block_size_vllm_would_raise_is_refused(monkeypatch):
     real = graph_mod.load_recipe
-    monkeypatch.setattr(graph_mod, "load_recipe", lambda name: real(name).model_copy(update={"block_size": 32}))
-    _, graph = load_stack("gb300", ROOT)
-    small = plan_for("gb300", graph)
-    assert flag(list(small.processes[0].args), "--kv-cache-block-size") == "32"
-    for b, s in zip(base.roles, small.roles):
-        assert flag(list(b.args), "--block-size") == "64" and flag(list(s.args), "--block-size") == "32"
-        assert s.capacity.tokens == b.capacity.tokens  # the engine's capacity; only the router's unit changes
-        assert (s.capacity.num_blocks, b.capacity.num_blocks) == (b.capacity.tokens // 32, b.capacity.tokens // 64)
+    monkeypatch.setattr(graph_mod, "load_recipe", lambda name: real(name).model_copy(update={"block_size": 64}))
+    with pytest.raises(StackError, match=r"recipes/gb300\.yaml: blockSize = 64: .* 1536-token blocks.*allowed: 1536"):
+        load_stack("gb300", ROOT)
 
 
 def test_mocker_args_take_a_perf_profile_and_speedup():

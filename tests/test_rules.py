@@ -18,7 +18,7 @@ NO_CACHE_OPTIONS = {"startup-budget-covers-load": {"min_startup_seconds": 3600},
 
 def worker(name, role, extra_args=()):
     args = ["--model", "/model-cache/hub/kimi-k3", "--served-model-name", "moonshotai/Kimi-K3", "--tensor-parallel-size", "8",
-            "--block-size", "64", "--kv-cache-dtype", "fp8", "--gpu-memory-utilization", "0.9",
+            "--block-size", "1536", "--kv-cache-dtype", "fp8", "--gpu-memory-utilization", "0.9",
             "--max-model-len", "262144", "--disaggregation-mode", role,
             "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}', *extra_args]
     return {
@@ -56,7 +56,7 @@ def good_objects():
     frontend = {"name": "Frontend", "type": "frontend", "replicas": 1, "runtimeVersionOverride": "1.4.0",
                 "podTemplate": {"spec": {"containers": [{
                     "name": "main", "image": IMAGE, "command": ["python3", "-m", "dynamo.frontend"],
-                    "args": ["--router-mode", "kv", "--kv-cache-block-size", "64", "--http-port", "8000"],
+                    "args": ["--router-mode", "kv", "--kv-cache-block-size", "1536", "--http-port", "8000"],
                     "volumeMounts": [{"name": "model-cache", "mountPath": "/model-cache", "readOnly": True}]}],
                     "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]}}}
     prefill = worker("prefill", "prefill", ["--kv-events-config", '{"publisher":"zmq","enable_kv_cache_events":true}'])
@@ -167,7 +167,12 @@ MUTATIONS = {
                                           env(o, "decode", "UCX_CUDA_IPC_ENABLE_MNNVL", "y")),
     "efa-uses-libfabric": lambda o: main(o, "decode")["resources"]["limits"].update(
         {"vpc.amazonaws.com/efa": "4"}),
-    "frontend-block-size-matches-workers": lambda o: set_arg(o, "decode", "--block-size", "16"),
+    # 3072 >= vLLM's 1536: kept by vLLM, but not the router's block
+    "frontend-block-size-matches-workers": lambda o: set_arg(o, "decode", "--block-size", "3072"),
+    # the old form (ours and NVIDIA's gb200): router and workers agree on 64, which vLLM raises to 1536 at TP8
+    "worker-block-size-is-vllms": lambda o: (set_arg(o, "decode", "--block-size", "64"),
+                                             set_arg(o, "prefill", "--block-size", "64"),
+                                             set_arg(o, "Frontend", "--kv-cache-block-size", "64")),
     "kv-router-has-kv-events": lambda o: drop_arg(o, "prefill", "--kv-events-config"),
     "images-pinned": lambda o: main(o, "Frontend").update(image="nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"),
     "runtime-version-declared": lambda o: (comp(o, "Frontend").pop("runtimeVersionOverride"),
@@ -200,7 +205,8 @@ def test_mutation_fires_exactly_its_rule(rule):
     got = fired(objects)
     assert rule in got
     # A TP-4 single-node worker also breaks the recipe total and the TP arithmetic; nothing else may fire.
-    collateral = {"model-fits-at-tp": {"gpu-totals-match-recipe"},
+    # TP4 holds twice the KDA state per GPU: vLLM's block doubles (3072), so the TP8 --block-size is raised
+    collateral = {"model-fits-at-tp": {"gpu-totals-match-recipe", "worker-block-size-is-vllms"},
                   "tp-group-fits-nvlink-domain": {"gpu-totals-match-recipe", "graph-fits-node-pool", "model-fits-at-tp"},
                   "graph-fits-node-pool": {"gpu-totals-match-recipe"},
                   "pods-take-whole-nodes": {"tp-spans-whole-nodes", "gpu-totals-match-recipe"},
@@ -326,19 +332,23 @@ def test_check_missing_target_is_a_usage_error(tmp_path):
 # ------------------------------------------------------------------------------------------ upstream profiles
 # What the pack says about each unmodified upstream recipe: (rule, component) of every violation.
 RUNTIME = "runtime-version-declared"
+BLOCK = "worker-block-size-is-vllms"  # gb200 pins --block-size 64 (vLLM raises it to 768), gb300 sets none
 UPSTREAM_PINS = {
     "agg-gb200-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"),
-                          (RUNTIME, "VllmDecodeWorker")},
+                          (RUNTIME, "VllmDecodeWorker"), (BLOCK, "VllmDecodeWorker")},
     "agg-gb300-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"),
-                          (RUNTIME, "VllmDecodeWorker"), ("model-path-under-cache-mount", "VllmDecodeWorker")},
+                          (RUNTIME, "VllmDecodeWorker"), ("model-path-under-cache-mount", "VllmDecodeWorker"),
+                          (BLOCK, "VllmDecodeWorker")},
     "disagg-gb200-agentic": {("tp-group-pinned-to-clique", "Prefill"), ("tp-group-pinned-to-clique", "Decode"),
                              ("ucx-settings-consistent", "Prefill"), ("ucx-settings-consistent", "Decode"),
-                             (RUNTIME, "Frontend"), (RUNTIME, "Prefill"), (RUNTIME, "Decode")},
+                             (RUNTIME, "Frontend"), (RUNTIME, "Prefill"), (RUNTIME, "Decode"),
+                             (BLOCK, "Prefill"), (BLOCK, "Decode")},
     "disagg-gb300-agentic": {("tp-group-pinned-to-clique", "PrefillWorker"),
                              ("tp-group-pinned-to-clique", "DecodeWorker"),
                              ("model-path-under-cache-mount", "PrefillWorker"),
                              ("model-path-under-cache-mount", "DecodeWorker"),
-                             (RUNTIME, "Frontend"), (RUNTIME, "PrefillWorker"), (RUNTIME, "DecodeWorker")},
+                             (RUNTIME, "Frontend"), (RUNTIME, "PrefillWorker"), (RUNTIME, "DecodeWorker"),
+                             (BLOCK, "PrefillWorker"), (BLOCK, "DecodeWorker")},
 }
 
 

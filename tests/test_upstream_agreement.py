@@ -15,10 +15,13 @@ SERVING_FLAGS = ("--tensor-parallel-size", "--kv-cache-dtype", "--reasoning-pars
 BARE_FLAGS = ("--enable-prefix-caching", "--enable-multimodal", "--trust-remote-code")
 # Where we differ from upstream on purpose: (stack, role type, flag) -> (upstream value, ours, why).
 DELIBERATE = {
-    ("gb300", "decode", "--block-size"): (None, "64", "pin the block size the frontend's KV router assumes"),
+    ("gb300", "decode", "--block-size"): (None, "1536", "vLLM's aligned hybrid block (it raises 64/unset to it): engine, KV events, card and router agree"),
     ("gb300", "decode", "--mm-encoder-tp-mode"): (None, "data", "every profile runs the vision encoder data-parallel"),
-    ("gb300-disagg", "prefill", "--block-size"): (None, "64", "pin the block size the frontend's KV router assumes"),
-    ("gb300-disagg", "decode", "--block-size"): (None, "64", "pin the block size the frontend's KV router assumes"),
+    ("gb300-disagg", "prefill", "--block-size"): (None, "1536", "vLLM's aligned hybrid block (it raises 64/unset to it): engine, KV events, card and router agree"),
+    ("gb300-disagg", "decode", "--block-size"): (None, "1536", "vLLM's aligned hybrid block (it raises 64/unset to it): engine, KV events, card and router agree"),
+    ("gb200", "decode", "--block-size"): ("64", "768", "vLLM's aligned hybrid block (it raises 64/unset to it): engine, KV events, card and router agree"),
+    ("gb200-disagg", "prefill", "--block-size"): ("64", "768", "vLLM's aligned hybrid block (it raises 64/unset to it): engine, KV events, card and router agree"),
+    ("gb200-disagg", "decode", "--block-size"): ("64", "768", "vLLM's aligned hybrid block (it raises 64/unset to it): engine, KV events, card and router agree"),
     ("gb300-disagg", "prefill", "--mm-encoder-tp-mode"): (None, "data", "encoder data parallelism everywhere"),
     ("gb300-disagg", "decode", "--mm-encoder-tp-mode"): (None, "data", "encoder data parallelism everywhere"),
     ("gb300-disagg", "prefill", "--max-model-len"): (None, "1048576", "serve the full context explicitly"),
@@ -26,8 +29,10 @@ DELIBERATE = {
     ("gb200", "decode", "--max-model-len"): (None, "1048576", "serve the full context explicitly"),
     ("gb200-disagg", "prefill", "--max-model-len"): (None, "1048576", "serve the full context explicitly"),
     ("gb200-disagg", "decode", "--max-model-len"): (None, "1048576", "serve the full context explicitly"),
-    ("gb300", "frontend", "--kv-cache-block-size"): (None, "64", "KV routing must hash blocks as workers do"),
-    ("gb300-disagg", "frontend", "--kv-cache-block-size"): (None, "64", "KV routing must hash blocks as workers do"),
+    ("gb300", "frontend", "--kv-cache-block-size"): (None, "1536", "KV routing must hash blocks as workers do"),
+    ("gb300-disagg", "frontend", "--kv-cache-block-size"): (None, "1536", "KV routing must hash blocks as workers do"),
+    ("gb200", "frontend", "--kv-cache-block-size"): ("64", "768", "KV routing must hash blocks as workers do"),
+    ("gb200-disagg", "frontend", "--kv-cache-block-size"): ("64", "768", "KV routing must hash blocks as workers do"),
     ("gb300", "frontend", "--router-kv-events"): (None, True, "routing on published KV events, as on GB200"),
     ("gb300-disagg", "frontend", "--router-kv-events"): (None, True, "routing on published KV events, as on GB200"),
 }

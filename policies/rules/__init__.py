@@ -21,7 +21,7 @@ from policies.rules.base import (  # the vocabulary the pack, `kimi-k3 check` an
 )
 from policies.rules.topology import gpu_nodes, check_gpu_totals_match_recipe, check_graph_fits_node_pool, check_model_fits_at_tp, check_multinode_claims_compute_domain, check_pods_take_whole_nodes, check_tp_group_fits_nvlink_domain, check_tp_group_pinned_to_clique, check_tp_spans_whole_nodes
 from policies.rules.model_path import check_env_refs_provable, check_frontend_reads_model_path, check_multinode_args_survive_operator_rewrite, check_env_refs_resolve, check_model_cache_read_only, check_model_path_under_cache_mount, check_roles_agree_on_model
-from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_kv_transport_consistent, check_nvlink_kv_roles_share_compute_domain, check_efa_uses_libfabric, check_frontend_block_size_matches_workers, check_kv_router_has_kv_events, check_no_removed_flags, check_ucx_settings_consistent
+from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_kv_transport_consistent, check_nvlink_kv_roles_share_compute_domain, check_efa_uses_libfabric, check_frontend_block_size_matches_workers, check_kv_router_has_kv_events, check_worker_block_size_is_vllms, check_no_removed_flags, check_ucx_settings_consistent
 from policies.rules.upgrades import TRANSITION_RULES, TransitionRule, check_graph_named_stably, run_transition_rules
 from policies.rules.access import check_aws_least_privilege
 from policies.rules.autoscaling import check_planner_owns_worker_replicas
@@ -80,6 +80,9 @@ RULES: tuple[Rule, ...] = (
           "(vllm-runtime:<version>-efa).", check_kv_transport_consistent),
     _rule("frontend-block-size-matches-workers", "Frontend --kv-cache-block-size equals workers' --block-size.",
           check_frontend_block_size_matches_workers),
+    _rule("worker-block-size-is-vllms", "Workers' --block-size is the block vLLM runs Kimi K3 with (not one it "
+          "raises), so prefix hashes, KV events, the model card and the router share one unit.",
+          check_worker_block_size_is_vllms),
     _rule("kv-router-has-kv-events", "With --router-mode kv, the routed workers publish KV events.",
           check_kv_router_has_kv_events),
     _rule("pods-run-on-image-arch", "No pod can be scheduled on a node whose CPU architecture its images are not "

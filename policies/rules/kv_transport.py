@@ -214,3 +214,17 @@ def check_kv_transport_consistent(obj: Mapping, ctx: Context) -> Iterator[Result
             yield Finding(target_of(obj), f"{where}: KV over EFA ({'NIXL LIBFABRIC' if libfabric else EFA}) on image "
                           f"{image}, which has no EFA stack (recipes/images.yaml); Dynamo publishes EFA runtime "
                           "images as vllm-runtime:<version>-efa. Use one, or keep KV on NVLink")
+
+
+def check_worker_block_size_is_vllms(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    from kimi_k3.graph import vllm_block_size
+
+    for comp, _, tokens in workers(obj):
+        block = flags.flag_value(tokens, "--block-size")
+        aligned = vllm_block_size(tokens)
+        # vLLM raises a smaller (or absent) block to the aligned one in its engine only: the API process, Dynamo's
+        # fallback card/publisher (ai-dynamo/dynamo#9376) and the frontend then disagree with the KV events.
+        if block is None or int(block) < aligned:
+            yield Finding(target_of(obj), f"component {name_of(comp)}: --block-size {block or '(unset)'} but vLLM "
+                          f"runs this Kimi K3 worker with {aligned}-token blocks (planner.aligned_block_size); "
+                          f"set --block-size {aligned} and the frontend's --kv-cache-block-size to it")
