@@ -750,3 +750,23 @@ def test_gpu_nodes_need_not_wait_for_the_cni_add_on_only_without_self_managed_ad
     assert len(problems) == 1 and problems[0].startswith("kimi-k3-eks-gpu-nodes: its nodes can join before")
     assert cni_ordering_problems(old_form(res, no_dns)) == [
         "kimi-k3-eks-eks: bootstrapSelfManagedAddons is false but no coredns add-on is installed"]
+
+
+def test_existing_cluster_is_not_replaced_by_bootstrap_self_managed_addons(rendered):
+    """A cluster deployed before bootstrapSelfManagedAddons was set (f6da519 rendered no such input: the provider's
+    default true) is kept: the provider replaces a cluster on that input (ForceNew), so the cluster ignores it, and
+    the transition rule cluster-kept refuses a replacement of the EKS cluster (shown on the form without it)."""
+    from policies.rules.upgrades import run_transition_rules
+    head = rendered["gb200"].resources
+    cluster = one(rendered["gb200"], "aws:eks/cluster:Cluster")
+    assert cluster["inputs"]["bootstrapSelfManagedAddons"] is False
+    assert "bootstrapSelfManagedAddons" in cluster["ignoreChanges"]
+    old_inputs = {k: v for k, v in cluster["inputs"].items() if k != "bootstrapSelfManagedAddons"}
+    base = [{**r, "inputs": old_inputs} if r is cluster else r for r in head]
+    _, violations = run_transition_rules(base, head)
+    assert not [v for v in violations if v.rule == "cluster-kept"]
+    # The wrong form: the new value without ignore_changes replaces the user's cluster; the rule stops it.
+    unguarded = [{**r, "ignoreChanges": []} if r is cluster else r for r in head]
+    _, violations = run_transition_rules(base, unguarded)
+    (v,) = [v for v in violations if v.rule == "cluster-kept"]
+    assert "REPLACED" in v.message and "bootstrapSelfManagedAddons" in v.message

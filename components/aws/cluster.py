@@ -118,7 +118,12 @@ class GpuCluster(pulumi.ComponentResource):
             # No self-managed vpc-cni / kube-proxy / CoreDNS: they come as EKS add-ons below, so the first aws-node pod
             # on any node already has its IRSA role and the GPU nodes need not wait for the add-on (docs/aws.md).
             bootstrap_self_managed_addons=False,
-            enabled_cluster_log_types=["api", "audit", "authenticator"], tags=tags, opts=child(*attachments))
+            enabled_cluster_log_types=["api", "audit", "authenticator"], tags=tags,
+            # The provider REPLACES a cluster whose bootstrapSelfManagedAddons changes (ForceNew,
+            # recipes/aws-force-new.yaml): a cluster created before it was false keeps its own value, and the add-ons
+            # below adopt its self-managed vpc-cni / kube-proxy / CoreDNS (resolve_conflicts_on_create OVERWRITE).
+            opts=pulumi.ResourceOptions.merge(child(*attachments), pulumi.ResourceOptions(
+                ignore_changes=["bootstrapSelfManagedAddons"])))
         for i, arn in enumerate(c.admin_principal_arns):
             entry = aws.eks.AccessEntry(f"{name}-admin-{i}", cluster_name=self.cluster.name, principal_arn=arn,
                                         type="STANDARD", opts=child())

@@ -80,6 +80,19 @@ def check_model_cache_kept(classes: Sequence[R.Classification]) -> Iterator[Resu
                       "docs/operating.md#moving-the-cache")
 
 
+CLUSTER_TYPE = "aws:eks/cluster:Cluster"
+
+
+def check_cluster_kept(classes: Sequence[R.Classification]) -> Iterator[Result]:
+    """The EKS cluster is never replaced or deleted by an update: replacing it re-creates every node, add-on and
+    in-cluster object (the Capacity Block's GPU nodes included) and needs a new kubeconfig."""
+    for c in classes:
+        if c.type == CLUSTER_TYPE and c.action in (R.REPLACE, R.DELETE):
+            yield Finding(_target(c), f"the EKS cluster would be {c.action.upper()}D ({_why(c)}): every node, add-on "
+                          "and object in it would be re-created. Revert the change, or add the input to the "
+                          "cluster's ignore_changes (components/aws/cluster.py) so existing clusters keep theirs")
+
+
 def check_replacement_certain(classes: Sequence[R.Classification]) -> Iterator[Result]:
     for c in classes:
         if not c.certain and c.action != R.SAME:
@@ -120,6 +133,8 @@ TRANSITION_RULES: tuple[TransitionRule, ...] = (
                    MANDATORY, check_graph_updated_in_place),
     TransitionRule("model-cache-kept", "A change never replaces or deletes the model cache or its namespace.",
                    MANDATORY, check_model_cache_kept),
+    TransitionRule("cluster-kept", "A change never replaces or deletes the EKS cluster.",
+                   MANDATORY, check_cluster_kept),
     TransitionRule("replacement-certain", "Every changed resource's update-vs-replace is known offline.",
                    ADVISORY, check_replacement_certain),
     TransitionRule("planner-takes-over-single-replicas", "Switching the SLA planner on hands it only worker roles "
