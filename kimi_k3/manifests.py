@@ -510,6 +510,16 @@ def node_local_root() -> str:
     return recipe_file("storage.yaml")["nvme"]["host_path"]
 
 
+def node_local_fs_path() -> str:
+    """Where the node-local root sits within the instance-store array's filesystem (the prefetch's FS_PATH): the
+    host path below the array's mount point. A pod whose hostPath resolves elsewhere (no array) copies nothing."""
+    nvme = recipe_file("storage.yaml")["nvme"]
+    array, host = nvme["array_mount_point"].rstrip("/"), nvme["host_path"]
+    if not host.startswith(array + "/"):
+        raise ValueError(f"recipes/storage.yaml nvme.host_path = {host}: must be under array_mount_point {array}")
+    return host[len(array):]
+
+
 def node_local_dir(graph: ServingGraph) -> str:
     """One directory per revision; the workers mount it at the model-cache path."""
     return f"{node_local_root()}/{graph.model_revision}"
@@ -540,7 +550,7 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
                 ("MODEL_REPO", model_dir_name(graph)), ("MODEL_REVISION", graph.model_revision),
                 ("PEERS_DNS", f"{n['peers']}.{graph.namespace}.svc.cluster.local"),
                 ("EXPECTED_PEERS", str(graph.nodes)), ("PORT", str(PREFETCH_PORT)), ("THREADS", "16"),
-                ("PEER_WAIT_SECONDS", "600"), ("PYTHONUNBUFFERED", "1")])
+                ("PEER_WAIT_SECONDS", "600"), ("FS_PATH", node_local_fs_path()), ("PYTHONUNBUFFERED", "1")])
     env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     placement: Obj = ({"nodeSelector": dict(node_selector)} if node_selector else
                       {"affinity": _node_affinity({"key": "nvidia.com/gpu.product", "operator": "In",
@@ -551,9 +561,10 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
         "readinessProbe": {"exec": {"command": ["test", "-f", f"{local_mount}/{graph.model_revision}/{PREFETCH_READY_MARKER}"]},
                            "periodSeconds": 10},
         "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "16Gi"}},
-        # Root (uid 0) owns the host directory kubelet creates; no capability beyond that.
+        # Root (uid 0) owns the host directory kubelet creates (a hostPath ignores fsGroup); no capability beyond
+        # that, and it writes nowhere but that directory.
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+                            "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "scripts", "mountPath": "/scripts", "readOnly": True},
                          {"name": REMOTE_CACHE_VOLUME, "mountPath": remote, "readOnly": True},

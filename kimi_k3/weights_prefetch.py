@@ -17,13 +17,16 @@ the link. Other revisions' directories under LOCAL_ROOT are removed (they are co
 the log says so). A peer that cannot be reached for PEER_WAIT_SECONDS is replaced by reading the bucket directly.
 
 Environment: SOURCE, LOCAL_ROOT, MODEL_REPO, MODEL_REVISION, POD_IP, PEERS_DNS (headless Service), EXPECTED_PEERS,
-PORT, THREADS, PEER_WAIT_SECONDS.
+PORT, THREADS, PEER_WAIT_SECONDS, FS_PATH (where LOCAL_ROOT must sit within its filesystem: on the instance-store
+array mounted at /mnt/k8s-disks/0 that is /kimi-k3-weights; anywhere else, e.g. on the root volume when nodeadm made
+no array, nothing is copied).
 """
 from __future__ import annotations
 
 import http.client
 import http.server
 import os
+import re
 import shutil
 import socket
 import sys
@@ -38,6 +41,8 @@ from typing import Callable
 READY_MARKER = ".kimi-k3-node-local-complete"   # in LOCAL_ROOT/<revision>, beside (not inside) the repo directory
 CHUNK = 16 << 20
 SPACE_MARGIN = 1.02                             # keep 2% of the filesystem's free space beyond the checkpoint
+MAX_SERVING = 32                                # concurrent transfers a peer serves (32 x 16 MiB buffers)
+SOCKET_TIMEOUT = 60                             # seconds a peer connection may stall, both sides
 
 
 def source_files(source: Path) -> dict[str, int]:
@@ -102,13 +107,13 @@ def copy_from_source(source: Path, path: Path, rel: str, size: int) -> None:
     _finish(part, path, size)
 
 
-def copy_from_peer(peer: str, port: int, path: Path, rel: str, size: int, timeout: float = 60) -> bool:
-    """True when the peer served the complete file; False while it does not have it yet (404)."""
-    conn = http.client.HTTPConnection(peer, port, timeout=timeout)
+def copy_from_peer(peer: str, port: int, path: Path, rel: str, size: int, timeout: float | None = None) -> bool:
+    """True when the peer served the complete file; False while it does not have it yet (404) or is busy (503)."""
+    conn = http.client.HTTPConnection(peer, port, timeout=SOCKET_TIMEOUT if timeout is None else timeout)
     try:
         conn.request("GET", "/" + urllib.parse.quote(rel))
         resp = conn.getresponse()
-        if resp.status == 404:
+        if resp.status in (404, 503):
             resp.read()
             return False
         if resp.status != 200:
@@ -122,10 +127,37 @@ def copy_from_peer(peer: str, port: int, path: Path, rel: str, size: int, timeou
         conn.close()
 
 
+def _unescape(field_: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_)   # mountinfo escapes " " as \040
+
+
+def filesystem_path(mountinfo: str, path: str) -> tuple[str, str]:
+    """(path within its filesystem, mount source) of `path`, from /proc/self/mountinfo (proc(5): field 4 is the
+    mount's root within the filesystem, field 5 its mount point; the source follows the " - " separator). Inside the
+    pod, a hostPath mount's root is the host directory relative to the host filesystem that holds it."""
+    best = ("", "/", "")
+    for line in mountinfo.splitlines():
+        pre, _, post = line.partition(" - ")
+        f = pre.split()
+        if len(f) < 5:
+            continue
+        root, point = _unescape(f[3]), _unescape(f[4])
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best[0]):
+            best = (point, root, (post.split() + ["", ""])[1])
+    point, root, source = best
+    rest = path[len(point.rstrip("/")):]
+    return (root.rstrip("/") + rest) or "/", source
+
+
 def serve(dest: Path, files: dict[str, int], host: str, port: int) -> http.server.ThreadingHTTPServer:
-    """Serve this node's complete local copies (never links, partial files or anything outside the checkpoint)."""
+    """Serve this node's complete local copies (never links, partial files or anything outside the checkpoint).
+    Bounded: at most MAX_SERVING transfers at once (each holds one CHUNK buffer; more get 503, which a peer treats
+    like 404 and asks again), and a client that stalls for SOCKET_TIMEOUT seconds is dropped."""
+    slots = threading.BoundedSemaphore(MAX_SERVING) if MAX_SERVING else None
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = SOCKET_TIMEOUT                 # StreamRequestHandler: applied to the connection's socket
+
         def do_GET(self):  # noqa: N802 - the http.server API
             rel = urllib.parse.unquote(self.path.lstrip("/"))
             size = files.get(rel)
@@ -133,11 +165,17 @@ def serve(dest: Path, files: dict[str, int], host: str, port: int) -> http.serve
             if size is None or not is_local(path, size):
                 self.send_error(404)
                 return
-            self.send_response(200)
-            self.send_header("Content-Length", str(size))
-            self.end_headers()
-            with open(path, "rb") as f:
-                shutil.copyfileobj(f, self.wfile, CHUNK)
+            if slots is None or not slots.acquire(blocking=False):
+                self.send_error(503)
+                return
+            try:
+                self.send_response(200)
+                self.send_header("Content-Length", str(size))
+                self.end_headers()
+                with open(path, "rb") as f:
+                    shutil.copyfileobj(f, self.wfile, CHUNK)
+            finally:
+                slots.release()
 
         def log_message(self, *args):
             pass
@@ -238,13 +276,18 @@ def main() -> int:
     missing = prepare_tree(source, dest, files)
     total = sum(files.values())
     free = shutil.disk_usage(dest).free
-    if missing * SPACE_MARGIN > free:
-        print(f"NOT COPYING: {missing / 1e9:.0f} GB to copy, {free / 1e9:.0f} GB free under {root}; workers read "
-              f"the bucket through the links (no instance-store RAID0 at the host path?)", flush=True)
+    where, device = filesystem_path(Path("/proc/self/mountinfo").read_text(), str(root))
+    wanted = env.get("FS_PATH")
+    why = (f"{root} is {where} on {device}, not {wanted}: no instance-store array at the host path (nodeadm's "
+           f"localStorage), and the root volume must not take the checkpoint" if wanted and where != wanted else
+           f"{missing / 1e9:.0f} GB to copy, {free / 1e9:.0f} GB free under {root}" if missing * SPACE_MARGIN > free
+           else "")
+    if why:
+        print(f"NOT COPYING: {why}; workers read the bucket through the links", flush=True)
         marker.write_text("links\n")
         while True:
             time.sleep(3600)
-    serve(dest, files, "0.0.0.0", port)
+    serve(dest, files, me, port)                  # the pod IP only: peers reach it there, nothing else listens
     peers = resolve_peers(env["PEERS_DNS"], me, int(env.get("EXPECTED_PEERS", "1")),
                           float(env.get("PEER_WAIT_SECONDS", "600")))
     print(f"{len(files)} files, {total / 1e9:.0f} GB ({missing / 1e9:.0f} GB to copy); peers {peers}", flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,8 @@ def test_the_pod_entrypoint_marks_its_node_ready_once_everything_is_local(tmp_pa
     env = {"SOURCE": str(src), "LOCAL_ROOT": str(root), "MODEL_REPO": "moonshotai/Kimi-K3", "MODEL_REVISION": "abc",
            "POD_IP": "127.0.0.1", "PEERS_DNS": "localhost", "EXPECTED_PEERS": "1", "PORT": str(_free_port()),
            "THREADS": "2", "PEER_WAIT_SECONDS": "5", "PATH": os.environ.get("PATH", "")}
+    # The check the DaemonSet makes (FS_PATH): here the tree's real place within its filesystem, so it copies.
+    env["FS_PATH"] = wp.filesystem_path(Path("/proc/self/mountinfo").read_text(), str(root))[0]
     proc = subprocess.Popen([sys.executable, wp.__file__], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     marker = root / "abc" / wp.READY_MARKER
@@ -185,6 +188,7 @@ def test_the_pod_entrypoint_marks_its_node_ready_once_everything_is_local(tmp_pa
             time.sleep(0.05)
         assert marker.exists(), proc.stdout.read() if proc.poll() is not None else "no marker within 30 s"
         assert proc.poll() is None, "it keeps serving its peers"
+        assert _listeners(int(env["PORT"])) == ["127.0.0.1"], "bound to the pod IP only, not 0.0.0.0"
     finally:
         proc.kill()
         out = proc.communicate()[0]
@@ -220,6 +224,10 @@ def test_graph_waits_for_every_node_to_hold_the_verified_checkpoint(stack, rende
     assert {"name": "model-cache-remote", "mountPath": "/model-cache-remote", "readOnly": True} in c["volumeMounts"], \
         "the bucket stays read-only: the copy never writes the 1.5 TB cache"
     assert vols["node-local"]["hostPath"] == {"path": "/mnt/k8s-disks/0/kimi-k3-weights", "type": "DirectoryOrCreate"}
+    assert env["FS_PATH"] == "/kimi-k3-weights", "copies only where the hostPath is on the array's filesystem"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True and c["securityContext"]["capabilities"] == {
+        "drop": ["ALL"]} and c["resources"]["limits"]["memory"]
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert c["readinessProbe"]["exec"]["command"][-1].endswith(f"/{graph.model_revision}/{wp.READY_MARKER}")
     (svc,) = [s for s in by_kind(r.objects, "Service") if s["metadata"]["name"] == "kimi-k3-weights-peers"]
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
@@ -302,3 +310,119 @@ def test_documented_paths_are_what_render_prints(doc, rendered):
         assert row.rstrip(" |").rsplit("| ", 1)[1] == (
             f"{cp.fmt(fresh)} ({verdict(fresh, goals['fresh_seconds'])}) / "
             f"{cp.fmt(again)} ({verdict(again, goals['redeploy_seconds'])})"), row
+
+
+def _listeners(port: int) -> list[str]:
+    """IPv4 addresses listening on `port` (/proc/net/tcp, state 0A = LISTEN)."""
+    import socket
+    import struct
+    out = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        ip, p = local.split(":")
+        if state == "0A" and int(p, 16) == port:
+            out.append(socket.inet_ntoa(struct.pack("<I", int(ip, 16))))
+    return out
+
+
+# /proc/self/mountinfo inside a prefetch pod (proc(5) format): the hostPath /mnt/k8s-disks/0/kimi-k3-weights bound at
+# /node-local, first on nodeadm's RAID0 (setup-local-disks: /dev/md/kubernetes mounted at /mnt/k8s-disks/0), then on
+# a node without the array (the directory kubelet created on the root volume).
+ON_ARRAY = """2001 1890 0:312 / / rw,relatime master:1 - overlay overlay rw,lowerdir=/x
+2010 2001 9:127 /kimi-k3-weights /node-local rw,noatime - xfs /dev/md127 rw,attr2,inode64,sunit=1024
+2011 2001 259:1 /var/lib/kubelet/pods/u/volumes/kubernetes.io~configmap/scripts /scripts ro - xfs /dev/nvme0n1p1 rw
+"""
+ON_ROOT_VOLUME = ON_ARRAY.replace("9:127 /kimi-k3-weights /node-local rw,noatime - xfs /dev/md127",
+                                  "259:1 /mnt/k8s-disks/0/kimi-k3-weights /node-local rw,noatime - xfs /dev/nvme0n1p1")
+
+
+def test_the_prefetch_knows_whether_its_host_path_is_on_the_instance_store_array():
+    assert wp.filesystem_path(ON_ARRAY, "/node-local") == ("/kimi-k3-weights", "/dev/md127")
+    assert wp.filesystem_path(ON_ARRAY, "/node-local/abc") == ("/kimi-k3-weights/abc", "/dev/md127")
+    assert wp.filesystem_path(ON_ROOT_VOLUME, "/node-local") == ("/mnt/k8s-disks/0/kimi-k3-weights", "/dev/nvme0n1p1")
+    assert wp.filesystem_path(ON_ARRAY, "/etc") == ("/etc", "overlay")
+    spaced = ON_ARRAY.replace("/kimi-k3-weights /node-local", "/a\\040b /node-local")
+    assert wp.filesystem_path(spaced, "/node-local")[0] == "/a b"
+    from kimi_k3.manifests import node_local_fs_path
+    assert node_local_fs_path() == "/kimi-k3-weights", "what the pod sees on the array for recipes' host_path"
+
+
+def test_the_pod_entrypoint_copies_nothing_off_the_array(tmp_path):
+    """FS_PATH not where the tree is (a node without nodeadm's array: the host path on the root volume): the pod
+    lays out links only, says so, and turns Ready on them; nothing is copied onto that filesystem."""
+    import subprocess
+    import sys
+    import time
+    src, data = _source(tmp_path)
+    root = tmp_path / "node"
+    root.mkdir()
+    env = {"SOURCE": str(src), "LOCAL_ROOT": str(root), "MODEL_REPO": "moonshotai/Kimi-K3", "MODEL_REVISION": "abc",
+           "POD_IP": "127.0.0.1", "PEERS_DNS": "localhost", "EXPECTED_PEERS": "1", "PORT": str(_free_port()),
+           "THREADS": "2", "PEER_WAIT_SECONDS": "5", "FS_PATH": "/kimi-k3-weights", "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.Popen([sys.executable, wp.__file__], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    marker = root / "abc" / wp.READY_MARKER
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), proc.stdout.read() if proc.poll() is not None else "no marker within 30 s"
+    finally:
+        proc.kill()
+        out = proc.communicate()[0]
+    dest = root / "abc" / "moonshotai" / "Kimi-K3"
+    assert marker.read_text() == "links\n" and all((dest / rel).is_symlink() for rel in data)
+    assert "NOT COPYING" in out and "not /kimi-k3-weights" in out and _listeners(int(env["PORT"])) == []
+
+
+def test_a_peer_is_bounded_in_transfers_and_stalls(tmp_path, monkeypatch):
+    import http.client
+    import socket
+    src, data = _source(tmp_path)
+    files = wp.source_files(src)
+    dest = tmp_path / "d"
+    dest.mkdir()
+    wp.prepare_tree(src, dest, files)
+    wp.copy_from_source(src, dest / "config.json", "config.json", files["config.json"])
+    monkeypatch.setattr(wp, "MAX_SERVING", 0)        # every slot taken
+    monkeypatch.setattr(wp, "SOCKET_TIMEOUT", 0.3)
+    port = _free_port()
+    server = wp.serve(dest, files, "127.0.0.1", port)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/config.json")
+        assert conn.getresponse().status == 503
+        conn.close()
+        other = tmp_path / "o"
+        other.mkdir()
+        wp.prepare_tree(src, other, files)
+        assert wp.copy_from_peer("127.0.0.1", port, other / "config.json", "config.json", files["config.json"]) is False
+        assert (other / "config.json").is_symlink(), "busy is 'ask again', not a failure and not a copy"
+        stalled = socket.create_connection(("127.0.0.1", port), timeout=5)   # sends nothing
+        t0 = time.monotonic()
+        assert stalled.recv(1) == b"" and time.monotonic() - t0 < 3, "a stalled client is dropped"
+        stalled.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_gpu_nodes_ask_nodeadm_for_the_array_the_prefetch_writes_to(stack, rendered):
+    """nodeadm mounts instance-store disks only when the NodeConfig names a strategy (awslabs/amazon-eks-ami
+    nodeadm/internal/system/local_disk.go: empty strategy = "Not configuring local disks!"); setup-local-disks mounts
+    a RAID0/RAID10 array at <mountPath or /mnt/k8s-disks>/0, while `Mount` puts each disk at /1, /2, ... So the
+    launch template's NodeConfig must ask for an array whose mount point is the prefetch's."""
+    import base64
+    import email
+    import yaml
+    (lt,) = [x for x in rendered[stack].resources if x["type"] == "aws:ec2/launchTemplate:LaunchTemplate"
+             and x["name"].endswith("-gpu-lt")]
+    msg = email.message_from_string(base64.b64decode(lt["inputs"]["userData"]).decode())
+    (part,) = [p for p in msg.walk() if p.get_content_type() == "application/node.eks.aws"]
+    docs = [d for d in yaml.safe_load_all(part.get_payload()) if d and d.get("kind") == "NodeConfig"]
+    (storage,) = [d["spec"]["instance"]["localStorage"] for d in docs]
+    assert storage["strategy"] in ("RAID0", "RAID10")
+    nvme = manifests.recipe_file("storage.yaml")["nvme"]
+    assert storage.get("mountPath", "/mnt/k8s-disks").rstrip("/") + "/0" == nvme["array_mount_point"]
+    assert nvme["host_path"] == nvme["array_mount_point"] + manifests.node_local_fs_path()
