@@ -222,6 +222,20 @@ def registered_workers(discovery_keys: Iterable[str]) -> dict[str, int]:
     return out
 
 
+# A mocker's --disaggregation-mode -> the worker type its model card declares, as the frontend's
+# GET /v1/models/{model}/ready counts live workers (dynamo-kv-router WorkerType, lowercase).
+FRONTEND_WORKER_TYPE = {"agg": "aggregated", "prefill": "prefill", "decode": "decode"}
+
+
+def frontend_workers_wanted(rehearsal: "Rehearsal") -> dict[str, int]:
+    """Live workers per worker type the frontend must see before the graph counts as ready: every replica."""
+    out: dict[str, int] = {}
+    for r in rehearsal.roles:
+        kind = FRONTEND_WORKER_TYPE[r.mode]
+        out[kind] = out.get(kind, 0) + r.replicas
+    return out
+
+
 def endpoint_component(mode: str) -> str:
     """The endpoint a mocker registers by default (dynamo/mocker/args.py: DEFAULT_PREFILL_ENDPOINT, DEFAULT_ENDPOINT)."""
     return "prefill" if mode == "prefill" else "backend"

@@ -13,8 +13,9 @@ import json
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Optional
 
 # A long shared prefix: long enough to fill several KV blocks, so a repeat must report cached prompt tokens.
 LONG_PROMPT = ("You are the planning agent of a build system. Follow the repository's conventions, keep every "
@@ -175,17 +176,83 @@ def run(base_url: str, model: str, max_model_len: int, *, real_model: bool = Fal
     return {"passed": all(results.values()), "checks": results, "failures": failures}
 
 
+def ready_path(model: str) -> str:
+    """Dynamo's per-model serving readiness (dynamo-llm 1.6.1 src/http/service/openai.rs, get_model_readiness):
+    200 only when every registered worker type has a live worker, a serving engine exists and the HTTP routes are
+    enabled; 503 with the same body otherwise; 404 while the model is not committed (or on a frontend without it)."""
+    return "/v1/models/" + urllib.parse.quote(model, safe="/") + "/ready"
+
+
+def frontend_workers(body: Any) -> dict[str, int]:
+    """Live workers per worker type ("decode", "prefill", "aggregated") as the frontend counts them, from the
+    body of GET /v1/models/{model}/ready: {"namespaces": {ns: {"worker_types": {type: {"workers": n}}}}}."""
+    out: dict[str, int] = {}
+    namespaces = body.get("namespaces") if isinstance(body, dict) else None
+    for ns in (namespaces or {}).values():
+        for kind, detail in ((ns or {}).get("worker_types") or {}).items():
+            out[kind] = out.get(kind, 0) + int((detail or {}).get("workers") or 0)
+    return out
+
+
+def topology_verdict(status: int, body: Any, want: Optional[Mapping[str, int]] = None) -> Optional[str]:
+    """None when /v1/models/{model}/ready says the frontend can serve the model and (if `want` is given) sees at
+    least that many live workers of each type; otherwise what is missing, in one line."""
+    if status != 200 or not isinstance(body, dict) or body.get("ready") is not True:
+        reason = body.get("reason") if isinstance(body, dict) else None
+        missing = sorted({t for ns in ((body.get("namespaces") or {}).values() if isinstance(body, dict) else [])
+                          for t in (ns or {}).get("missing_worker_types") or []})
+        return (f"GET /v1/models/<model>/ready -> {status}" + (f": {reason}" if reason else "")
+                + (f"; missing worker types {missing}" if missing else ""))
+    seen = frontend_workers(body)
+    short = [f"{k} {seen.get(k, 0)}/{n}" for k, n in sorted((want or {}).items()) if seen.get(k, 0) < n]
+    return None if not short else "live workers the frontend sees: " + ", ".join(short)
+
+
+def probe_request(model: str, which_workers: bool = False) -> dict[str, Any]:
+    """The routing probe: one token through every role of the graph; `which_workers`: Dynamo's nvext asks the
+    response to name the workers that served it (dynamo-llm 1.6.1 NvExtResponse.worker_id)."""
+    return {**_chat(model, "Ready?", 1), **({"nvext": {"extra_fields": ["worker_id"]}} if which_workers else {})}
+
+
+def probe_verdict(status: int, body: Any, needs_prefill: bool) -> Optional[str]:
+    """None when the probe was served (and, for a disaggregated graph, went through a prefill worker where the
+    response says which workers served it); otherwise why not, in one line."""
+    if status != 200 or not isinstance(body, dict) or not body.get("choices"):
+        return f"POST /v1/chat/completions -> {status}: {str(body)[:200]}"
+    served_by = (body.get("nvext") or {}).get("worker_id")
+    if needs_prefill and isinstance(served_by, dict) and served_by.get("prefill_worker_id") is None:
+        return f"served without a prefill worker: {served_by}"
+    return None
+
+
 def wait_until_served(base_url: str, model: str, deadline_s: float, log: Callable[[str], None]) -> bool:
-    """The Service can lag the graph's Ready condition by a few seconds (endpoints, kube-proxy)."""
+    """Wait until the frontend can route a request: the Service can lag the graph's Ready condition by a few
+    seconds (endpoints, kube-proxy), the model is listed as soon as every worker type has registered, and a
+    disaggregated decode set's prefill router is built after that: in that window Dynamo answers 503 ("Service
+    temporarily unavailable"; dynamo-llm 1.6.1 src/kv_router/prefill_router/mod.rs, prefill_activation_pending_error)
+    with no status that says so. So: listed, /ready (where the frontend has it), then one probe request, retried."""
     client = Client(base_url, 10.0)
     end = time.monotonic() + deadline_s
+    last = ""
     while time.monotonic() < end:
+        why: Optional[str]
         try:
-            if check_models(client, model, 0) is None:
-                return True
+            why = check_models(client, model, 0)
+            if why is None:
+                status, body = client.json("GET", ready_path(model))
+                # listed but 404: a frontend without the readiness route (older Dynamo); the probe decides
+                why = None if status == 404 else topology_verdict(status, body)
+            if why is None:
+                status, body = client.json("POST", "/v1/chat/completions", probe_request(model))
+                why = probe_verdict(status, body, needs_prefill=False)
+                if why is None:
+                    return True
         except OSError as err:
-            log(f"  waiting for {base_url}: {err}")
-        time.sleep(5)
+            why = f"{base_url}: {err}"
+        if why != last:
+            log(f"  waiting for {model} to be served: {why}")
+            last = why
+        time.sleep(2)
     return False
 
 

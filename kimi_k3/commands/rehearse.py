@@ -167,42 +167,88 @@ def _discovery_keys(root: Path) -> list[str]:
     return [unquote(str(p.relative_to(root))) for p in root.rglob("*") if p.is_file()]
 
 
+@dataclasses.dataclass
+class Readiness:
+    """What the graph showed on its way to ready (report.json's `readiness`)."""
+
+    registered: dict[str, int]                                        # worker instances per component (discovery)
+    frontend_workers: dict[str, int] = dataclasses.field(default_factory=dict)  # live workers per type, frontend's view
+    probes: int = 0                     # routing probes sent (the last one served)
+    probe_failures: list[str] = dataclasses.field(default_factory=list)          # why each earlier probe was not
+
+
+POLL_SECONDS = 0.25        # discovery and the frontend's readiness route
+PROBE_RETRY_SECONDS = 0.1  # after a probe the frontend refused (Dynamo's prefill-activation window is ~5-20 ms)
+
+
 def wait_ready(plan: rehearsal.Rehearsal, procs: Processes, discovery: Path, timeout: float,
-               say: Callable[[str], None], started: float) -> dict[str, int]:
-    want = {}
+               say: Callable[[str], None], started: float) -> Readiness:
+    """Ready = the frontend can route a request through every role, seen within `timeout` of `started`:
+    1. every worker process registered (file discovery: progress only, the frontend's view is what counts);
+    2. the frontend's GET /v1/models/{model}/ready is 200 (every worker type live, engine and HTTP routes up) and
+       it counts every replica of every role among its live workers;
+    3. one probe request is served (through a prefill worker on a disaggregated graph). Dynamo 1.6.1 lists and
+       reports a model ready as soon as its prefill worker registers, but builds the decode set's prefill router
+       after that; requests in between get 503 (dynamo-llm 1.6.1 src/kv_router/prefill_router/mod.rs,
+       `PrefillRouter::generate`, ActivationSnapshot::Pending -> prefill_activation_pending_error; no route,
+       metric or status exposes that state), so a refused probe is logged and sent again."""
+    want_registered: dict[str, int] = {}
     for r in plan.roles:
         comp = rehearsal.endpoint_component(r.mode)
-        want[comp] = want.get(comp, 0) + r.replicas
+        want_registered[comp] = want_registered.get(comp, 0) + r.replicas
+    want_frontend = rehearsal.frontend_workers_wanted(plan)
+    needs_prefill = "prefill" in want_frontend
+    client = smoke.Client(plan.url, 10.0)
+    state = Readiness(registered={})
     shown: dict[str, int] = {}
-    served = False
+    topology: Optional[str] = "frontend not asked yet"
+    last_said = ""
     while True:
         elapsed = time.monotonic() - started
+        if elapsed > timeout:
+            missing = {c: f"{state.registered.get(c, 0)}/{n}" for c, n in want_registered.items()
+                       if state.registered.get(c, 0) < n}
+            why = (f"registered {missing}" if missing else f"registered {state.registered}") + "; " + (
+                topology or f"routing probe: {state.probe_failures[-1] if state.probe_failures else 'not sent'}")
+            raise RehearsalFailed(f"graph not ready after {timeout:g} s: {why}; logs in {procs.logs}")
         dead = procs.dead()
         if dead:
             name, code = dead[0]
             raise RehearsalFailed(f"{name} exited with code {code} before the graph was ready; last lines of "
                                   f"{procs.logs / (name + '.log')}:\n{procs.tail(name)}")
-        registered = rehearsal.registered_workers(_discovery_keys(discovery))
-        for comp, n in sorted(registered.items()):
+        state.registered = rehearsal.registered_workers(_discovery_keys(discovery))
+        for comp, n in sorted(state.registered.items()):
             if shown.get(comp) != n:
-                say(f"[{elapsed:5.1f}s] {comp} workers registered: {n}/{want.get(comp, 0)}")
+                say(f"[{elapsed:5.1f}s] {comp} workers registered: {n}/{want_registered.get(comp, 0)}")
                 shown[comp] = n
-        if not served:
-            try:
-                served = smoke.check_models(smoke.Client(plan.url, 5.0), plan.served_model_name, 0) is None
-            except OSError:
-                served = False
-            if served:
-                say(f"[{elapsed:5.1f}s] frontend lists {plan.served_model_name}")
-        ready = served and all(registered.get(c, 0) >= n for c, n in want.items())
-        if ready and time.monotonic() - started <= timeout:  # ready when seen, within the budget
-            return registered
-        if ready or elapsed > timeout:
-            missing = {c: f"{registered.get(c, 0)}/{n}" for c, n in want.items() if registered.get(c, 0) < n}
-            raise RehearsalFailed(f"graph not ready after {timeout:g} s: registered {missing or registered}, "
-                                  f"frontend {'lists' if served else 'does not list'} {plan.served_model_name}; "
-                                  f"logs in {procs.logs}")
-        time.sleep(0.5)
+        pause = POLL_SECONDS
+        try:
+            status, body = client.json("GET", smoke.ready_path(plan.served_model_name))
+            topology = smoke.topology_verdict(status, body, want_frontend)
+            if status != 404:   # 404: the frontend has not committed the model yet
+                state.frontend_workers = smoke.frontend_workers(body)
+            if topology is None:
+                status, body = client.json("POST", "/v1/chat/completions",
+                                           smoke.probe_request(plan.served_model_name, which_workers=True))
+                state.probes += 1
+                refused = smoke.probe_verdict(status, body, needs_prefill)
+                if refused is None:
+                    if time.monotonic() - started > timeout:   # ready when seen, within the budget
+                        continue
+                    seen = ", ".join(f"{k} {n}" for k, n in sorted(state.frontend_workers.items()))
+                    say(f"[{time.monotonic() - started:5.1f}s] frontend routes to every role ({seen} live); "
+                        f"probe served" + (f" after {state.probes - 1} refused" if state.probes > 1 else ""))
+                    return state
+                state.probe_failures.append(f"[{time.monotonic() - started:.2f}s] {refused}")
+                say(f"[{time.monotonic() - started:5.1f}s] routing probe {state.probes} refused ({refused}); "
+                    f"sending it again")
+                pause = PROBE_RETRY_SECONDS
+            elif topology != last_said and status != 404:
+                say(f"[{elapsed:5.1f}s] frontend: {topology}")
+                last_said = topology
+        except OSError as err:   # the frontend is not listening yet
+            topology = f"frontend {plan.url}: {err}"
+        time.sleep(pause)
 
 
 def aiperf_argv(python: Path, plan: rehearsal.Rehearsal, kind: str, w: workload.Workload, model_dir: Path,
@@ -314,6 +360,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     started = time.monotonic()
     ready_seconds: Optional[float] = None
     registered: dict[str, int] = {}
+    readiness: Optional[Readiness] = None
     smoke_result: dict[str, Any] = {"passed": False, "checks": {}, "failures": {}}
     runs: dict[str, Any] = {}
     kv_hit, worker_load, failure = None, {}, None
@@ -329,7 +376,8 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         for p in plan.processes:
             procs.start(p.name, [str(python), "-m", p.module, *p.args], dict(p.env))
         say(f"[{time.monotonic() - started:5.1f}s] started {len(plan.processes)} processes and the event-plane broker")
-        registered = wait_ready(plan, procs, discovery, args.ready_timeout, say, started)
+        readiness = wait_ready(plan, procs, discovery, args.ready_timeout, say, started)
+        registered = readiness.registered
         ready_seconds = time.monotonic() - started
         say(f"[{ready_seconds:5.1f}s] graph ready")
 
@@ -367,6 +415,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                                     runs=runs, kv_hit=kv_hit, worker_load=worker_load, failure=failure,
                                     extra={"total_seconds": round(time.monotonic() - started, 2),
                                            "network": args.network, "scratch_dir": str(scratch),
+                                           "readiness": None if readiness is None else dataclasses.asdict(readiness),
                                            "speedup_ratio": args.speedup_ratio, "timing": args.timing,
                                            "aiperf": {"requests": w.requests, "duration_cap_s": w.duration_seconds,
                                                       "concurrency": w.concurrency,
