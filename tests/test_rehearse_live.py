@@ -267,3 +267,64 @@ def test_every_listening_socket_is_on_loopback(tmp_path):
                for cmd, addrs in seen.items()}
     assert not any(outside.values()), {c: a for c, a in outside.items() if a}
     assert_nothing_left(out)
+
+
+def test_real_frontend_readiness_with_the_prefill_worker_late(tmp_path):
+    """Against Dynamo 1.6.1 itself, what tests/test_rehearse_ready.py scripts: with only the decode workers up,
+    the frontend's /v1/models/{model}/ready answers 503 naming the missing prefill type and wait_ready does not
+    call the graph ready; once the prefill worker starts late, it does, with the frontend's own count of every
+    replica, the probe went through a prefill worker (nvext.worker_id), and the next chat completion is served."""
+    from kimi_k3 import rehearsal, smoke
+    from kimi_k3.commands import rehearse as cmd
+    from kimi_k3.stacks import load_stack
+
+    out = tmp_path / "late-prefill"
+    logs, model, discovery = out / "logs", out / "model", out / "discovery"
+    logs.mkdir(parents=True)
+    _, graph = load_stack("gb300-disagg", ROOT)
+    plan = rehearsal.plan_rehearsal(graph, rehearsal.role_kv_plans(graph), http_port=cmd.free_port(),
+                                    metrics_ports=[cmd.free_port(below=32768) for _ in range(3)],
+                                    model_path=str(model))
+    broker = (cmd.free_port(), cmd.free_port())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DYN_", "HF_"))}
+    env.update(rehearsal.loopback_env(str(discovery), broker))
+    env[MARKER] = str(out)
+    subprocess.run([str(PYTHON), str(cmd.FIXTURE), str(model), str(plan.max_model_len)], env=env, check=True,
+                   timeout=120)
+    procs = cmd.Processes(logs, env, print)
+    said: list[str] = []
+    try:
+        procs.start("zmq-broker", [str(PYTHON), str(cmd.BROKER), *map(str, broker)])
+        late = [p for p in plan.processes if p.role == "prefill"]
+        for p in plan.processes:
+            if p not in late:
+                procs.start(p.name, [str(PYTHON), "-m", p.module, *p.args], dict(p.env))
+        client, deadline = smoke.Client(plan.url, 10), time.monotonic() + 120
+        while time.monotonic() < deadline:   # until the frontend has seen both decode workers
+            try:
+                status, body = client.json("GET", smoke.ready_path(plan.served_model_name))
+            except OSError:
+                status, body = None, None
+            if status == 503 and smoke.frontend_workers(body) == {"decode": 2}:
+                break
+            time.sleep(0.25)
+        assert status == 503 and body["ready"] is False and body["namespaces"]["dynamo"]["missing_worker_types"] \
+            == ["prefill"], body
+        with pytest.raises(cmd.RehearsalFailed) as err:
+            cmd.wait_ready(plan, procs, discovery, 3, said.append, time.monotonic())
+        assert "missing worker types ['prefill']" in str(err.value), "\n".join(said)
+        for p in late:
+            procs.start(p.name, [str(PYTHON), "-m", p.module, *p.args], dict(p.env))
+        state = cmd.wait_ready(plan, procs, discovery, 120, said.append, time.monotonic())
+        assert state.frontend_workers == {"decode": 2, "prefill": 1}
+        assert state.registered == {"backend": 2, "prefill": 1}
+        assert smoke.check_chat(smoke.Client(plan.url, 30), plan.served_model_name, plan.max_model_len) is None
+        status, body = smoke.Client(plan.url, 30).json(
+            "POST", "/v1/chat/completions", smoke.probe_request(plan.served_model_name, which_workers=True))
+        assert status == 200 and body["nvext"]["worker_id"]["prefill_worker_id"], body
+    finally:
+        procs.stop_all()
+    deadline = time.monotonic() + 5
+    while leftovers(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers(out) == []
