@@ -282,10 +282,10 @@ def test_real_frontend_readiness_with_the_prefill_worker_late(tmp_path):
     logs, model, discovery = out / "logs", out / "model", out / "discovery"
     logs.mkdir(parents=True)
     _, graph = load_stack("gb300-disagg", ROOT)
-    plan = rehearsal.plan_rehearsal(graph, rehearsal.role_kv_plans(graph), http_port=cmd.free_port(),
-                                    metrics_ports=[cmd.free_port(below=32768) for _ in range(3)],
-                                    model_path=str(model))
-    broker = (cmd.free_port(), cmd.free_port())
+    http_port, xsub, xpub, *metrics_ports = cmd.free_ports(6)
+    plan = rehearsal.plan_rehearsal(graph, rehearsal.role_kv_plans(graph), http_port=http_port,
+                                    metrics_ports=metrics_ports, model_path=str(model))
+    broker = (xsub, xpub)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DYN_", "HF_"))}
     env.update(rehearsal.loopback_env(str(discovery), broker))
     env[MARKER] = str(out)

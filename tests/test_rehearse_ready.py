@@ -256,3 +256,11 @@ def test_cluster_smoke_job_waits_for_the_same(frontend, tmp_path):
     t.join()
     assert frontend.chats[-1] == 200 and 503 in frontend.chats
     assert any("Service temporarily unavailable" in line for line in said)
+
+
+def test_ports_are_distinct_and_below_the_ephemeral_range():
+    """The frontend, broker and worker ports are chosen before those processes bind them: outside the range the
+    kernel hands out for outgoing connections and port-0 binds, so no other socket of the run can take one."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = rehearse.free_ports(40)
+    assert len(set(ports)) == 40 and all(p < min(low, 32768) for p in ports)

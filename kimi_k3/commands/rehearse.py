@@ -72,18 +72,38 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def free_port(below: Optional[int] = None) -> int:
-    """A free loopback port; `below` for DYN_SYSTEM_PORT, which the runtime parses as an i16 (<= 32767)."""
-    rng = random.Random()
-    for _ in range(200):
-        port = 0 if below is None else rng.randrange(20000, below)
-        with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free loopback ports below the kernel's ephemeral range (<= 32767, also fit for DYN_SYSTEM_PORT,
+    which the runtime parses as an i16): the processes that will listen on them start later, and meanwhile every
+    outgoing connection and every bind to port 0 takes its port from the ephemeral range, so none can take ours."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    top = min(low, 32768)
+    candidates = list(range(20000 if top - 20000 >= 1000 else 1024, top))
+    random.shuffle(candidates)
+    held: list[socket.socket] = []
+    try:   # held open until all are chosen, so the n are distinct
+        for port in candidates:
+            if len(held) == n:
+                break
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
                 s.bind((rehearsal.LOOPBACK, port))
             except OSError:
+                s.close()
                 continue
-            return s.getsockname()[1]
-    raise RehearsalFailed(f"no free loopback port below {below}")
+            held.append(s)
+        if len(held) < n:
+            raise RehearsalFailed(f"only {len(held)} of {n} free loopback ports below {top}")
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
 
 
 def rehearse_python() -> Path:
@@ -177,6 +197,7 @@ class Readiness:
     probe_failures: list[str] = dataclasses.field(default_factory=list)          # why each earlier probe was not
 
 
+FIXTURE_SECONDS = 300      # the tokenizer fixture: ~1 s warm; a cold venv on a slow disk imports for much longer
 POLL_SECONDS = 0.25        # discovery and the frontend's readiness route
 PROBE_RETRY_SECONDS = 0.1  # after a probe the frontend refused (Dynamo's prefill-activation window is ~5-20 ms)
 
@@ -335,13 +356,16 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
             say(f"rehearse {args.stack}: the mocker's own timing (no performance model for this layout: {err})")
     # The same KV plan `kimi-k3 plan STACK` prints for each role.
     role_plans = rehearsal.role_kv_plans(graph)
-    http_port = free_port()
-    plan = rehearsal.plan_rehearsal(graph, role_plans, http_port=http_port,
-                                    metrics_ports=[free_port(below=32768) for _ in range(sum(r.replicas for r in graph.roles))],
+    try:   # frontend HTTP, the broker's XSUB and XPUB, one system (metrics) port per worker: all distinct
+        http_port, xsub_port, xpub_port, *metrics_ports = free_ports(3 + sum(r.replicas for r in graph.roles))
+    except RehearsalFailed as err:
+        say(f"kimi-k3 rehearse {args.stack}: {err}")
+        return 1
+    plan = rehearsal.plan_rehearsal(graph, role_plans, http_port=http_port, metrics_ports=metrics_ports,
                                     model_path=str(model_dir), speedup_ratio=args.speedup_ratio,
                                     perf_profile=args.perf_profile)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DYN_", "HF_", "AIPERF_"))}
-    broker_ports = (free_port(), free_port())
+    broker_ports = (xsub_port, xpub_port)
     env.update(rehearsal.loopback_env(str(discovery), broker_ports))
     env[MARKER_ENV] = str(out)
     # TMPDIR of every child (AIPerf's memory-mapped datasets and IPC sockets: a short path, sun_path holds 107
@@ -366,8 +390,11 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     kv_hit, worker_load, failure = None, {}, None
     code = 0
     try:
-        fixture = subprocess.run([str(python), str(FIXTURE), str(model_dir), str(plan.max_model_len)], env=env,
-                                 capture_output=True, text=True, timeout=120)
+        try:
+            fixture = subprocess.run([str(python), str(FIXTURE), str(model_dir), str(plan.max_model_len)], env=env,
+                                     capture_output=True, text=True, timeout=FIXTURE_SECONDS)
+        except subprocess.TimeoutExpired:
+            raise RehearsalFailed(f"building the tokenizer fixture took over {FIXTURE_SECONDS} s ({FIXTURE})") from None
         if fixture.returncode != 0:
             raise RehearsalFailed(f"building the tokenizer fixture failed: {fixture.stderr[-2000:]}")
         say(f"[{time.monotonic() - started:5.1f}s] tokenizer fixture in {model_dir}")
