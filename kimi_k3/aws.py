@@ -179,6 +179,31 @@ def gpu_node_group_ignore_changes(plan: GpuNodePlan) -> list[str]:
     return out
 
 
+def addon_version(kubernetes_version: str, addon: str) -> str | None:
+    """The pinned version of an EKS add-on for this Kubernetes minor (recipes/aws.yaml), or None: EKS's default."""
+    return recipe_file("aws.yaml")["eks_addon_versions"][kubernetes_version].get(addon)
+
+
+def addon_version_problems(resources: list[dict[str, Any]]) -> list[str]:
+    """The cluster's kube-proxy and CoreDNS add-ons unpinned, or kube-proxy built for another minor than the cluster
+    (EKS builds kube-proxy per minor: vX.Y.Z-eksbuild.N for Kubernetes X.Y)."""
+    clusters = [r for r in resources if r["type"] == "aws:eks/cluster:Cluster"]
+    if not clusters:
+        return []
+    minor = str((clusters[0].get("inputs") or {}).get("version"))
+    out = []
+    for r in resources:
+        i = r.get("inputs") or {}
+        if r["type"] != "aws:eks/addon:Addon" or i.get("addonName") not in ("kube-proxy", "coredns"):
+            continue
+        v = i.get("addonVersion")
+        if not v:
+            out.append(f"{r['name']}: {i['addonName']} is not pinned (recipes/aws.yaml eks_addon_versions)")
+        elif i["addonName"] == "kube-proxy" and not str(v).startswith(f"v{minor}."):
+            out.append(f"{r['name']}: kube-proxy {v} is not built for Kubernetes {minor}")
+    return out
+
+
 # --- node bootstrap ------------------------------------------------------------------------------------------------
 
 USER_DATA_BOUNDARY = "KIMIK3BOUNDARY"
@@ -331,6 +356,7 @@ def least_privilege_problems(resources: list[dict[str, Any]]) -> list[str]:
                 and not i.get("serviceAccountRoleArn"):
             out.append(f"{n}: {i.get('addonName')} has no role of its own (falls back to the node role)")
     out += cni_ordering_problems(resources)
+    out += addon_version_problems(resources)
     return out
 
 

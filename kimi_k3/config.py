@@ -131,6 +131,10 @@ class ClusterConfig(Strict):
         least = recipe_file("aws.yaml")["min_kubernetes_version"]
         if int(v.split(".")[1]) < int(least.split(".")[1]):
             raise ValueError(f"Kubernetes {v} has no resource.k8s.io/v1 (DRA GA); allowed: {least} or later")
+        pinned = recipe_file("aws.yaml")["eks_addon_versions"]
+        if v not in pinned:
+            raise ValueError(f"no pinned EKS add-on versions for Kubernetes {v} (recipes/aws.yaml "
+                             f"eks_addon_versions); allowed: {', '.join(sorted(pinned))}, or add a row with its sources")
         return v
 
     @field_validator("public_access_cidrs")

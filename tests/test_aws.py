@@ -407,6 +407,9 @@ BAD = {
     "Kubernetes without DRA GA": (
         "gb300", {"cluster": {"mode": "eks", "kubernetesVersion": "1.33"}},
         ["kimi-k3:cluster.kubernetesVersion", "1.33", "allowed: 1.34 or later"]),
+    "Kubernetes without pinned add-on versions": (
+        "gb300", {"cluster": {"mode": "eks", "kubernetesVersion": "1.35"}},
+        ["kimi-k3:cluster.kubernetesVersion", "1.35", "no pinned EKS add-on versions", "allowed: 1.34"]),
     "FSx size that PERSISTENT_2 does not offer": (
         "gb300", {"storage": {"kind": "fsx-lustre", "fsx": {"storageCapacityGiB": 3000}}},
         ["kimi-k3:storage.fsx.storageCapacityGiB", "3000", "multiple of 2400"]),
@@ -770,3 +773,27 @@ def test_existing_cluster_is_not_replaced_by_bootstrap_self_managed_addons(rende
     _, violations = run_transition_rules(base, unguarded)
     (v,) = [v for v in violations if v.rule == "cluster-kept"]
     assert "REPLACED" in v.message and "bootstrapSelfManagedAddons" in v.message
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_network_add_ons_are_pinned_for_the_cluster_minor(stack, rendered):
+    """kube-proxy and CoreDNS carry the versions recipes/aws.yaml pins for the cluster's Kubernetes minor (AWS docs'
+    version tables); kube-proxy is built per minor. The unpinned form (before) is reported."""
+    from kimi_k3.aws import addon_version_problems
+    res = rendered[stack].resources
+    version = one(rendered[stack], "aws:eks/cluster:Cluster")["inputs"]["version"]
+    addons = {r["inputs"]["addonName"]: r["inputs"] for r in res if r["type"] == "aws:eks/addon:Addon"}
+    assert addons["kube-proxy"]["addonVersion"].startswith(f"v{version}.")
+    assert addons["coredns"]["addonVersion"].startswith("v1.")
+    assert addon_version_problems(res) == []
+
+    def unpinned(r):
+        if r["type"] == "aws:eks/addon:Addon" and r["inputs"]["addonName"] in ("kube-proxy", "coredns"):
+            r["inputs"].pop("addonVersion")
+
+    def other_minor(r):
+        if r["type"] == "aws:eks/addon:Addon" and r["inputs"]["addonName"] == "kube-proxy":
+            r["inputs"]["addonVersion"] = "v1.33.3-eksbuild.6"
+    assert len(addon_version_problems(old_form(res, unpinned))) == 2
+    assert addon_version_problems(old_form(res, other_minor)) == [
+        "kimi-k3-eks-kube-proxy: kube-proxy v1.33.3-eksbuild.6 is not built for Kubernetes 1.34"]

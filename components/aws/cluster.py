@@ -147,6 +147,7 @@ class GpuCluster(pulumi.ComponentResource):
                                      service_account_role_arn=cni_role.arn, resolve_conflicts_on_create="OVERWRITE",
                                      resolve_conflicts_on_update="PRESERVE", tags=tags, opts=child(*cni_policy))
         self.kube_proxy = aws.eks.Addon(f"{name}-kube-proxy", cluster_name=self.cluster.name, addon_name="kube-proxy",
+                                        addon_version=spec.addon_version(c.kubernetes_version, "kube-proxy"),
                                         resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="PRESERVE",
                                         tags=tags, opts=child())
 
@@ -165,6 +166,7 @@ class GpuCluster(pulumi.ComponentResource):
             labels=spec.SYSTEM_LABELS, tags=tags, opts=child(*node_policies, self.vpc_cni))
         # CoreDNS is a Deployment: its add-on turns ACTIVE once its pods run, on the system nodes.
         self.coredns = aws.eks.Addon(f"{name}-coredns", cluster_name=self.cluster.name, addon_name="coredns",
+                                     addon_version=spec.addon_version(c.kubernetes_version, "coredns"),
                                      resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="PRESERVE",
                                      tags=tags, opts=child(self.system_nodes, self.kube_proxy))
         # What any pod that talks to Services needs besides its node: pod IPs, Service routing, cluster DNS.
