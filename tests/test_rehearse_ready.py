@@ -264,3 +264,17 @@ def test_ports_are_distinct_and_below_the_ephemeral_range():
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     ports = rehearse.free_ports(40)
     assert len(set(ports)) == 40 and all(p < min(low, 32768) for p in ports)
+
+
+def test_ready_reports_every_registration_the_frontend_saw(frontend, tmp_path):
+    """The frontend can see a worker whose discovery key appeared after the loop's own read (seen in the live
+    lane: report.json said 1 of 2 decode workers registered): ready also needs every key, read again."""
+    plan = disagg_plan(frontend.port, tmp_path)
+    discovery = tmp_path / "discovery"
+    register(discovery, "backend", 1)
+    register(discovery, "prefill", 1)
+    frontend.decode, frontend.prefill, frontend.activated = 2, 1, True
+    t = in_background((0.5, lambda: register(discovery, "backend", 2)))
+    state = rehearse.wait_ready(plan, no_processes(tmp_path), discovery, 30, lambda s: None, time.monotonic())
+    t.join()
+    assert state.registered == {"backend": 2, "prefill": 1}

@@ -249,6 +249,11 @@ def wait_ready(plan: rehearsal.Rehearsal, procs: Processes, discovery: Path, tim
             if status != 404:   # 404: the frontend has not committed the model yet
                 state.frontend_workers = smoke.frontend_workers(body)
             if topology is None:
+                # the frontend may see a worker this loop's discovery read (just before) missed: read again
+                state.registered = rehearsal.registered_workers(_discovery_keys(discovery))
+                if any(state.registered.get(c, 0) < n for c, n in want_registered.items()):
+                    topology = f"registered {state.registered}, want {want_registered}"
+            if topology is None:
                 status, body = client.json("POST", "/v1/chat/completions",
                                            smoke.probe_request(plan.served_model_name, which_workers=True))
                 state.probes += 1
