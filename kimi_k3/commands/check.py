@@ -38,10 +38,13 @@ def yaml_objects(text: str, source: str = "input") -> list[dict]:
 
     A syntax error is a UserError naming `source` and the line."""
     out: list[dict] = []
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        raise UserError(yaml_error_message(source, exc)) from None
+    try:  # libyaml's parser (same SafeConstructor) is ~5x faster on a stack's manifests: diff parses eight
+        docs = list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    except yaml.YAMLError:
+        try:  # the pure-Python parser's message, the one users and tests know, for the same error
+            docs = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as exc:
+            raise UserError(yaml_error_message(source, exc)) from None
     for doc in docs:
         if isinstance(doc, dict) and doc.get("kind") == "List":
             out.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
