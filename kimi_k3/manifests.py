@@ -97,6 +97,30 @@ def _node_affinity(*expressions: Obj) -> Obj:
         "nodeSelectorTerms": [{"matchExpressions": list(expressions)}]}}}
 
 
+def _gpu_node_daemonset(graph: ServingGraph, name: str, component: str, node_selector: dict[str, str] | None,
+                        pod: Obj, **meta: Any) -> Obj:
+    """A DaemonSet on the stack's GPU nodes (the given node selector, else the workers' GPU-product affinity),
+    tolerating the GPU taint; `pod` holds the rest of its pod spec."""
+    labels = {**PART_OF, "app.kubernetes.io/component": component}
+    selector = {"app.kubernetes.io/name": name}
+    placement: Obj = ({"nodeSelector": dict(node_selector)} if node_selector else
+                      {"affinity": _node_affinity({"key": "nvidia.com/gpu.product", "operator": "In",
+                                                   "values": [graph.platform.gpu_product_label]})})
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": _meta(graph, name, **meta) | {"labels": labels},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": {**labels, **selector}},
+                "spec": {**placement,
+                         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                         **pod},
+            },
+        },
+    }
+
+
 def _meta(graph: ServingGraph, name: str, **extra: Any) -> Obj:
     return {"name": name, "namespace": graph.namespace, "labels": dict(PART_OF), **extra}
 
@@ -536,15 +560,14 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
     checkpoint (or cannot: then its workers read the bucket through links), so the graph that waits for the
     DaemonSet starts on local weights."""
     n = NAMES
-    labels = {**PART_OF, "app.kubernetes.io/component": PREFETCH_COMPONENT}
-    selector = {"app.kubernetes.io/name": n["prefetch"]}
     remote = remote_cache_path(graph)
     local_mount = "/node-local"
     script = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(graph, f"{n['prefetch']}-script"),
               "data": {PREFETCH_SCRIPT.name: PREFETCH_SCRIPT.read_text()}}
     service = {"apiVersion": "v1", "kind": "Service", "metadata": _meta(graph, n["peers"]),
                # Peers are listed before they are Ready: Ready means "done", and they copy from each other first.
-               "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector,
+               "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                        "selector": {"app.kubernetes.io/name": n["prefetch"]},  # the DaemonSet's pods
                         "ports": [{"name": "peer", "port": PREFETCH_PORT}]}}
     env = _env([("SOURCE", f"{remote}/{model_dir_name(graph)}"), ("LOCAL_ROOT", local_mount),
                 ("MODEL_REPO", model_dir_name(graph)), ("MODEL_REVISION", graph.model_revision),
@@ -552,9 +575,6 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
                 ("EXPECTED_PEERS", str(graph.nodes)), ("PORT", str(PREFETCH_PORT)), ("THREADS", "16"),
                 ("PEER_WAIT_SECONDS", "600"), ("FS_PATH", node_local_fs_path()), ("PYTHONUNBUFFERED", "1")])
     env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
-    placement: Obj = ({"nodeSelector": dict(node_selector)} if node_selector else
-                      {"affinity": _node_affinity({"key": "nvidia.com/gpu.product", "operator": "In",
-                                                   "values": [graph.platform.gpu_product_label]})})
     container = {
         "name": "prefetch", "image": image, "command": ["python3", f"/scripts/{PREFETCH_SCRIPT.name}"], "env": env,
         "ports": [{"name": "peer", "containerPort": PREFETCH_PORT}],
@@ -570,30 +590,15 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
                          {"name": REMOTE_CACHE_VOLUME, "mountPath": remote, "readOnly": True},
                          {"name": "node-local", "mountPath": local_mount}],
     }
-    daemonset = {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        # pulumi-kubernetes awaits the rollout (every pod Ready = every node holds the checkpoint); the copy may
-        # take longer than its default timeout.
-        "metadata": _meta(graph, n["prefetch"], annotations={"pulumi.com/timeoutSeconds": str(
-            graph.download_timeout_seconds)}) | {"labels": labels},
-        "spec": {
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": {**labels, **selector}},
-                "spec": {
-                    **placement,
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                    "containers": [container],
-                    "terminationGracePeriodSeconds": 5,
-                    "volumes": [{"name": "scripts", "configMap": {"name": f"{n['prefetch']}-script"}},
-                                {"name": REMOTE_CACHE_VOLUME, "persistentVolumeClaim": {
-                                    "claimName": n["pvc"], "readOnly": True}},
-                                {"name": "node-local", "hostPath": {"path": node_local_root(),
-                                                                    "type": "DirectoryOrCreate"}}],
-                },
-            },
-        },
-    }
+    # pulumi-kubernetes awaits the rollout (every pod Ready = every node holds the checkpoint); the copy may
+    # take longer than its default timeout.
+    daemonset = _gpu_node_daemonset(
+        graph, n["prefetch"], PREFETCH_COMPONENT, node_selector,
+        {"containers": [container], "terminationGracePeriodSeconds": 5,
+         "volumes": [{"name": "scripts", "configMap": {"name": f"{n['prefetch']}-script"}},
+                     {"name": REMOTE_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": n["pvc"], "readOnly": True}},
+                     {"name": "node-local", "hostPath": {"path": node_local_root(), "type": "DirectoryOrCreate"}}]},
+        annotations={"pulumi.com/timeoutSeconds": str(graph.download_timeout_seconds)})
     return [script, service, daemonset]
 
 
@@ -708,32 +713,11 @@ def image_prepull(graph: ServingGraph, node_selector: dict[str, str] | None = No
     """A DaemonSet on the GPU nodes whose init container is the runtime image (kubelet pulls it, the container exits at
     once), so the workers start with the ~20 GB image in place while the nodes would otherwise wait for weights.
     Default placement: the workers' own GPU affinity."""
-    labels = {**PART_OF, "app.kubernetes.io/component": PREPULL_COMPONENT}
-    selector = {"app.kubernetes.io/name": NAMES["prepull"]}
-    if node_selector:
-        placement: Obj = {"nodeSelector": dict(node_selector)}
-    else:
-        placement = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
-                                                         "values": [graph.platform.gpu_product_label]}]}]}}}}
     hardened = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     small = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
-    return {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": _meta(graph, NAMES["prepull"]) | {"labels": labels},
-        "spec": {
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": {**labels, **selector}},
-                "spec": {
-                    **placement,
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                    "initContainers": [{"name": "pull", "image": graph.image, "command": ["true"],
-                                        "resources": small, "securityContext": hardened}],
-                    "containers": [{"name": "pause", "image": PAUSE_IMAGE, "resources": small,
-                                    "securityContext": hardened}],
-                    "terminationGracePeriodSeconds": 1,
-                },
-            },
-        },
-    }
+    return _gpu_node_daemonset(
+        graph, NAMES["prepull"], PREPULL_COMPONENT, node_selector,
+        {"initContainers": [{"name": "pull", "image": graph.image, "command": ["true"],
+                             "resources": small, "securityContext": hardened}],
+         "containers": [{"name": "pause", "image": PAUSE_IMAGE, "resources": small, "securityContext": hardened}],
+         "terminationGracePeriodSeconds": 1})
