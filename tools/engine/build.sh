@@ -9,6 +9,12 @@
 # `go build`; monitoring-crds: the Prometheus Operator CRDs from that module's files into build/engine/<key>/crds.
 # Module builds run ENGINE_BUILD_JOBS at a time (default 2): module downloads and single-threaded link steps of
 # one overlap the compile of another. Go caches: the usual GOMODCACHE/GOCACHE (.ci/run puts them under build/go).
+# ENGINE_TRIM_CACHES=1 (.ci/run, whose disk is whatever the CI machine has free): each tool compiles in its own build
+# cache, removed once the tool is built (the binaries are kept, so that cache is never read again), and `go build`'s
+# work directory, which holds a second copy of every object until the build ends, goes to RAM (/dev/shm) when it has
+# room. Untrimmed, a cold build of all five peaks at ~20 GB of disk (8.6 GB build cache, 2.7 GB modules, ~5 GB work).
+# Each tool's full `go build` output goes to build/engine/<key>/logs/<tool>.log; stderr gets progress, compiler
+# errors and, on a failure, the log's last lines.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -18,6 +24,15 @@ source "$HERE/versions.env"
 # -modcacherw: a module cache under build/ stays removable by `make clean` (Go makes it read-only otherwise).
 export GOFLAGS="-mod=readonly -buildvcs=false -modcacherw" CGO_ENABLED=0 GOTOOLCHAIN=local
 log() { printf '[engine-build %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+gib() { awk -v k="$1" 'BEGIN {printf "%.1f GiB", k / 1048576}'; }  # KiB -> GiB
+# What a cold build needs and has: CI machines differ in disk, and a full disk fails deep inside `go build`.
+footprint() {  # label
+  local cache mod free mem
+  cache="$(du -sk "$(go env GOCACHE)" 2>/dev/null | cut -f1)" || true  # absent before the first build
+  mod="$(du -sk "$(go env GOMODCACHE)" 2>/dev/null | cut -f1)" || true
+  free="$(df -Pk "$KEYDIR" | awk 'NR == 2 {print $4}')"; mem="$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)"
+  log "$1: build cache $(gib "${cache:-0}"), module cache $(gib "${mod:-0}"), disk free $(gib "$free"), memory available $(gib "$mem")"
+}
 
 ALL_TOOLS=(provider kube pulumi etcd monitoring-crds)  # longest first: they start first
 check_only=0
@@ -53,7 +68,7 @@ key="$( (cat "$HERE/versions.env" "$HERE/build.sh"; go version;
          find "$HERE" -name go.mod -o -name go.sum -o -name '*.go' | LC_ALL=C sort | xargs cat) | sha256sum | cut -c1-12)"
 KEYDIR="${ENGINE_BUILD_DIR:-$ROOT/build/engine}/$key"
 OUT="$KEYDIR/bin"
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$KEYDIR/logs"
 
 # A module's directory in the module cache, downloaded (verified against the wrapper's go.sum) if absent:
 # `go list -m` alone prints an empty Dir for a module not downloaded yet.
@@ -64,19 +79,35 @@ moddir() {  # wrapper-dir module
   echo "$dir"
 }
 
-# go build with progress on stderr: one line per 200 packages compiled (go build -v names each package it compiles).
+# go build with progress on stderr: one line per 200 packages compiled (go build -v names each package it compiles);
+# module downloads are counted, compiler errors shown, everything kept in the tool's log.
 # Several main packages build in one `go build` (each binary named after its package's directory); BIN names the
 # binary of a single package whose directory name is not the tool's (etcd's main package is server/v3).
+# -dwarf=false: the binaries are stripped (-s -w) anyway; objects without DWARF make the build cache ~22% smaller.
 gobuild() {  # name dir ldflags BIN|- package...
-  local name="$1" dir="$2" ldflags="$3" bin="$4" start=$SECONDS tmp="$OUT/.tmp-$1"
+  local name="$1" dir="$2" ldflags="$3" bin="$4" start=$SECONDS tmp="$OUT/.tmp-$1" logf="$KEYDIR/logs/$1.log" attempt
   shift 4
-  rm -rf "$tmp" && mkdir -p "$tmp"
-  [ "$bin" = - ] && bin="" || bin="$tmp/$bin"
-  if ! (cd "$HERE/$dir" && go build -v -trimpath -ldflags "-s -w $ldflags" -o "${bin:-$tmp/}" "$@") 2>&1 |
-    awk -v name="$name" '/^(go: |#|.*\.go:[0-9]+)/ {print name ": " $0 > "/dev/stderr"; next}
-      {n++; if (n % 200 == 0) printf "[engine-build] %s: %d packages compiled\n", name, n > "/dev/stderr"}'; then
-    log "FAILED: $name"; rm -rf "$tmp"; return 1
-  fi
+  local out_arg="$tmp/$bin" seen
+  [ "$bin" != - ] || out_arg="$tmp/"
+  for attempt in 1 2; do
+    rm -rf "$tmp" && mkdir -p "$tmp"
+    seen="$(wc -l < "$logf" 2>/dev/null || echo 0)"
+    if (cd "$HERE/$dir" && go build -v -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w $ldflags" \
+            -o "$out_arg" "$@") 2>&1 | tee -a "$logf" |
+      awk -v name="$name" '/^go: downloading / {d++; next}
+        /^(go: |#|.*\.go:[0-9]+)/ {print name ": " $0 > "/dev/stderr"; next}
+        {n++; if (n % 200 == 0) printf "[engine-build] %s: %d packages compiled\n", name, n > "/dev/stderr"}
+        END {if (d) printf "[engine-build] %s: %d modules downloaded\n", name, d > "/dev/stderr"}'; then
+      break
+    fi
+    # One retry, only for a module download that the network broke (the proxy's 5xx, a reset, a timeout).
+    if [ "$attempt" = 1 ] && tail -n +"$((seen + 1))" "$logf" |
+       grep -qE 'dial tcp|i/o timeout|connection reset|TLS handshake timeout|unexpected EOF|: 50[234] '; then
+      log "$name: a module download failed on the network; trying once more"; continue
+    fi
+    log "FAILED: $name; the last lines of $logf:"; tail -n 25 "$logf" | sed "s/^/  $name| /" >&2
+    rm -rf "$tmp"; return 1
+  done
   local built
   built="$(ls "$tmp" | tr '\n' ' ')"
   mv "$tmp"/* "$OUT/" && rmdir "$tmp"
@@ -84,8 +115,23 @@ gobuild() {  # name dir ldflags BIN|- package...
   echo "$name $((SECONDS - start))s" >> "$KEYDIR/build-times.txt"
 }
 
+# What each tool leaves in $OUT: a tool whose files are all there is not built again.
+products() {  # tool
+  case "$1" in
+    pulumi) echo pulumi pulumi-language-python pulumi-language-python-exec ;;
+    provider) echo pulumi-resource-kubernetes ;;
+    kube) echo kube-apiserver kube-controller-manager ;;
+    etcd) echo etcd ;;
+    monitoring-crds) echo ../crds/monitoring.coreos.com ;;
+  esac
+}
+ready() {  # tool
+  local f
+  for f in $(products "$1"); do [ -e "$OUT/$f" ] || return 1; done
+}
+
 build_pulumi() {
-  [ -x "$OUT/pulumi" ] && [ -x "$OUT/pulumi-language-python" ] && [ -x "$OUT/pulumi-language-python-exec" ] && return
+  ready pulumi && return
   log "Pulumi CLI $PULUMI_VERSION (github.com/pulumi/pulumi/pkg/v3/cmd/pulumi) + Python language host (tools/engine/pulumi/cmd/pulumi-language-python)"
   gobuild pulumi pulumi "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" - \
     github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ./cmd/pulumi-language-python
@@ -95,7 +141,7 @@ build_pulumi() {
 }
 
 build_provider() {
-  [ -x "$OUT/pulumi-resource-kubernetes" ] && return
+  ready provider && return
   log "Kubernetes provider $K8S_PROVIDER_VERSION ($K8S_PROVIDER_MODULE_VERSION)"
   local dir
   dir="$(moddir provider-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4)"
@@ -106,7 +152,7 @@ build_provider() {
 }
 
 build_kube() {
-  [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/kube-controller-manager" ] && return
+  ready kube && return
   # pulumi-kubernetes refuses a server that reports v0.0: the version must come from ldflags.
   local kv major minor
   kv="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
@@ -118,14 +164,14 @@ build_kube() {
 }
 
 build_etcd() {
-  [ -x "$OUT/etcd" ] && return
+  ready etcd && return
   log "etcd $ETCD_VERSION (go.etcd.io/etcd/server/v3)"
   gobuild etcd etcd "" etcd go.etcd.io/etcd/server/v3
 }
 
 build_monitoring-crds() {
   local crds="$KEYDIR/crds/monitoring.coreos.com"
-  [ -d "$crds" ] && return
+  ready monitoring-crds && return
   log "Prometheus Operator CRDs $PROMETHEUS_OPERATOR_VERSION (github.com/prometheus-operator/prometheus-operator, example/prometheus-operator-crd)"
   local dir
   dir="$(moddir prometheus-operator github.com/prometheus-operator/prometheus-operator)"
@@ -136,27 +182,35 @@ build_monitoring-crds() {
   log "Prometheus Operator CRDs: $(ls "$crds" | wc -l) files in $crds"
 }
 
-# Every build started here ends with this script (failure, Ctrl-C, timeout).
-trap 'kill $(jobs -pr) 2>/dev/null || true' EXIT
+# Every build started here ends with this script (failure, Ctrl-C, timeout), and so does its RAM work directory.
+shm_work=""
+trap 'kill $(jobs -pr) 2>/dev/null || true; [ -z "$shm_work" ] || rm -rf "$shm_work"' EXIT
 jobs_max="${ENGINE_BUILD_JOBS:-2}"
+trim="${ENGINE_TRIM_CACHES:-0}"
 start=$SECONDS
-for t in "${tools[@]}"; do
-  while [ "$(jobs -pr | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
-  ( "build_$t" ) &
-done
-wait || true
+todo=()
+for t in "${tools[@]}"; do ready "$t" || todo+=("$t"); done
+if [ ${#todo[@]} -gt 0 ]; then
+  base_cache="$(go env GOCACHE)"
+  if [ "$trim" = 1 ] && [ -z "${GOTMPDIR:-}" ] && [ -d /dev/shm ] &&
+     [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -ge $((8 * 1048576)) ]; then
+    shm_work="$(mktemp -d /dev/shm/kimi-k3-go-work.XXXXXX)"; export GOTMPDIR="$shm_work"
+    log "go build work directories in RAM: $GOTMPDIR"
+  fi
+  footprint "before building ${todo[*]}"
+  for t in "${todo[@]}"; do
+    while [ "$(jobs -pr | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+    if [ "$trim" = 1 ]; then
+      ( export GOCACHE="$base_cache-engine-$t"; rc=0; "build_$t" || rc=$?; footprint "after $t"
+        rm -rf "$GOCACHE"; exit "$rc" ) &
+    else
+      ( "build_$t" ) &
+    fi
+  done
+  wait || true
+fi
 failed=()
-for t in "${tools[@]}"; do
-  case "$t" in
-    pulumi) need=(pulumi pulumi-language-python pulumi-language-python-exec) ;;
-    provider) need=(pulumi-resource-kubernetes) ;;
-    kube) need=(kube-apiserver kube-controller-manager) ;;
-    etcd) need=(etcd) ;;
-    monitoring-crds) need=(../crds/monitoring.coreos.com) ;;
-  esac
-  for f in "${need[@]}"; do [ -e "$OUT/$f" ] || { failed+=("$t"); break; }; done
-done
+for t in "${tools[@]}"; do ready "$t" || failed+=("$t"); done
 [ ${#failed[@]} -eq 0 ] || { log "FAILED: ${failed[*]} (see the lines above)"; exit 1; }
 [ $((SECONDS - start)) -lt 2 ] || log "tools ready in $((SECONDS - start))s: $OUT"
-trap - EXIT
 echo "$OUT"
