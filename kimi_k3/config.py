@@ -321,6 +321,8 @@ class RoleOverride(Strict):
 
 class FrontendOverride(Strict):
     replicas: Optional[int] = Field(None, ge=1)
+    # Dynamo's --migration-limit (a u32, 0 = off); default recipes/request-migration.yaml
+    migration_limit: Optional[int] = Field(None, alias="migrationLimit", ge=0, le=2**32 - 1)
     extra_args: dict[str, FlagValue] = Field(default_factory=dict, alias="extraArgs")
     env: dict[str, Optional[str]] = Field(default_factory=dict)
 

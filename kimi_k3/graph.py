@@ -29,7 +29,10 @@ DERIVED_WORKER_FLAGS = {
     "--block-size": "vLLM's aligned hybrid block (planner.aligned_block_size)", "--kv-events-config": "the recipe's publishesKvEvents",
     "--decode-context-parallel-size": "kimi-k3:serving.roles.<role>.dcp",
 }
-DERIVED_FRONTEND_FLAGS = {"--kv-cache-block-size": "the workers' --block-size (planner.aligned_block_size)"}
+DERIVED_FRONTEND_FLAGS = {"--kv-cache-block-size": "the workers' --block-size (planner.aligned_block_size)",
+                          "--migration-limit": "kimi-k3:serving.frontend.migrationLimit (default: recipes/request-migration.yaml)"}
+# Dynamo's bounds for --migration-limit (frontend_args.py validate(): a u32; 0 = migration off).
+MIGRATION_LIMIT_MAX = 2**32 - 1
 
 
 class RoleRecipe(Strict):
@@ -512,7 +515,9 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     block_size = int(role_flag(roles[0], "--block-size"))
     fe = cfg.serving.frontend
     _check_overridable(fe.extra_args, DERIVED_FRONTEND_FLAGS, "kimi-k3:serving.frontend.extraArgs")
-    fe_flags = merge(merge(recipe.frontend.args, {"--kv-cache-block-size": block_size}), fe.extra_args)
+    migration = fe.migration_limit if fe.migration_limit is not None else default_migration_limit()
+    fe_flags = merge(merge(recipe.frontend.args, {"--kv-cache-block-size": block_size, "--migration-limit": migration}),
+                     fe.extra_args)
     http_port = int(fe_flags.get("--http-port", 8000))
     frontend = Frontend(
         component="Frontend", replicas=fe.replicas or recipe.frontend.replicas,
@@ -541,6 +546,15 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
 
 def compile_cache_spec() -> dict[str, Any]:
     return recipe_file("compile_cache.yaml")
+
+
+def default_migration_limit() -> int:
+    """How many times the frontend may move one in-flight request to another worker (recipes/request-migration.yaml)."""
+    value = (recipe_file("request-migration.yaml") or {}).get("migrationLimit")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MIGRATION_LIMIT_MAX:
+        raise ConfigError(f"recipes/request-migration.yaml: migrationLimit = {value!r}: allowed: an integer from 0 "
+                          f"to {MIGRATION_LIMIT_MAX} (Dynamo's --migration-limit; 0 turns migration off)")
+    return value
 
 
 def compile_cache_key(image: str, args: tuple[str, ...]) -> str:

@@ -25,6 +25,15 @@ CASES = {
     "negative replicas": (
         "gb300-disagg", {"serving": {"roles": {"decode": {"replicas": -1}}}},
         ["kimi-k3:serving.roles.decode.replicas", "-1", "greater than or equal to 0"]),
+    "negative migration limit": (
+        "gb300-disagg", {"serving": {"frontend": {"migrationLimit": -1}}},
+        ["kimi-k3:serving.frontend.migrationLimit", "-1", "greater than or equal to 0"]),
+    "migration limit beyond Dynamo's u32": (
+        "gb300", {"serving": {"frontend": {"migrationLimit": 2**32}}},
+        ["kimi-k3:serving.frontend.migrationLimit", "4294967296", "less than or equal to 4294967295"]),
+    "migration limit through extraArgs": (
+        "gb300", {"serving": {"frontend": {"extraArgs": {"--migration-limit": "0"}}}},
+        ["kimi-k3:serving.frontend.extraArgs", "--migration-limit", "kimi-k3:serving.frontend.migrationLimit"]),
     "missing HF token": (
         "gb300", {"hfToken": None},
         ["kimi-k3:hfToken", "not set", "pulumi config set --secret kimi-k3:hfToken"]),
@@ -77,4 +86,19 @@ def test_token_set_without_secret_is_rejected():
     with pytest.raises(RenderError, match=r"kimi-k3:hfToken: stored in plaintext.*--secret") as info:
         render_config("gb300", config, secrets, ROOT)
     assert "hf_abc" not in str(info.value)
+    assert info.value.registered == []
+
+
+@pytest.mark.parametrize("value", ["3", -1, True, None])
+def test_bad_migration_limit_in_recipe_data_names_file_key_value(monkeypatch, value):
+    from conftest import render_with
+    from kimi_k3 import graph
+    real = graph.recipe_file
+    monkeypatch.setattr(graph, "recipe_file", lambda name: {"migrationLimit": value}
+                        if name == "request-migration.yaml" else real(name))
+    with pytest.raises(RenderError) as info:
+        render_with("gb300-disagg")
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and "Traceback" not in message
+    assert f"recipes/request-migration.yaml: migrationLimit = {value!r}: allowed: an integer from 0" in message
     assert info.value.registered == []

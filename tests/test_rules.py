@@ -56,7 +56,8 @@ def good_objects():
     frontend = {"name": "Frontend", "type": "frontend", "replicas": 1, "runtimeVersionOverride": "1.4.0",
                 "podTemplate": {"spec": {"containers": [{
                     "name": "main", "image": IMAGE, "command": ["python3", "-m", "dynamo.frontend"],
-                    "args": ["--router-mode", "kv", "--kv-cache-block-size", "1536", "--http-port", "8000"],
+                    "args": ["--router-mode", "kv", "--kv-cache-block-size", "1536", "--migration-limit", "3",
+                             "--http-port", "8000"],
                     "volumeMounts": [{"name": "model-cache", "mountPath": "/model-cache", "readOnly": True}]}],
                     "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]}}}
     prefill = worker("prefill", "prefill", ["--kv-events-config", '{"publisher":"zmq","enable_kv_cache_events":true}'])
@@ -185,6 +186,8 @@ MUTATIONS = {
         {"name": "Planner", "type": "planner", "replicas": 1, "podTemplate": {"spec": {"containers": [{
             "name": "main", "image": "nvcr.io/nvidia/ai-dynamo/dynamo-planner:1.6.1",
             "command": ["python3", "-m", "dynamo.planner"], "args": ["--config", "/workspace/c.json"]}]}}}),
+    # the old form of every stack: no --migration-limit, Dynamo's default 0 (a rollout fails in-flight streams)
+    "frontend-migrates-requests": lambda o: drop_arg(o, "Frontend", "--migration-limit"),
     # the old form: this program named its graph after the recipe, so a recipe switch replaced it
     "graph-named-stably": lambda o: dgd_of(o)["metadata"].update(
         name="kimi-k3-gb300-disagg", labels={"app.kubernetes.io/part-of": "kimi-k3"}),
@@ -333,21 +336,22 @@ def test_check_missing_target_is_a_usage_error(tmp_path):
 # What the pack says about each unmodified upstream recipe: (rule, component) of every violation.
 RUNTIME = "runtime-version-declared"
 BLOCK = "worker-block-size-is-vllms"  # gb200 pins --block-size 64 (vLLM raises it to 768), gb300 sets none
+MIGRATION = "frontend-migrates-requests"   # every upstream K3 frontend runs Dynamo's default, migration off
 UPSTREAM_PINS = {
-    "agg-gb200-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"),
+    "agg-gb200-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"), (MIGRATION, "Frontend"),
                           (RUNTIME, "VllmDecodeWorker"), (BLOCK, "VllmDecodeWorker")},
-    "agg-gb300-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"),
+    "agg-gb300-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"), (MIGRATION, "Frontend"),
                           (RUNTIME, "VllmDecodeWorker"), ("model-path-under-cache-mount", "VllmDecodeWorker"),
                           (BLOCK, "VllmDecodeWorker")},
     "disagg-gb200-agentic": {("tp-group-pinned-to-clique", "Prefill"), ("tp-group-pinned-to-clique", "Decode"),
                              ("ucx-settings-consistent", "Prefill"), ("ucx-settings-consistent", "Decode"),
-                             (RUNTIME, "Frontend"), (RUNTIME, "Prefill"), (RUNTIME, "Decode"),
+                             (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (RUNTIME, "Prefill"), (RUNTIME, "Decode"),
                              (BLOCK, "Prefill"), (BLOCK, "Decode")},
     "disagg-gb300-agentic": {("tp-group-pinned-to-clique", "PrefillWorker"),
                              ("tp-group-pinned-to-clique", "DecodeWorker"),
                              ("model-path-under-cache-mount", "PrefillWorker"),
                              ("model-path-under-cache-mount", "DecodeWorker"),
-                             (RUNTIME, "Frontend"), (RUNTIME, "PrefillWorker"), (RUNTIME, "DecodeWorker"),
+                             (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (RUNTIME, "PrefillWorker"), (RUNTIME, "DecodeWorker"),
                              (BLOCK, "PrefillWorker"), (BLOCK, "DecodeWorker")},
 }
 
@@ -418,3 +422,45 @@ def test_kv_router_by_environment_variable_needs_kv_events_too():
     assert "kv-router-has-kv-events" not in fired(objects)
     drop_arg(objects, "prefill", "--kv-events-config")
     assert "kv-router-has-kv-events" in fired(objects)
+
+
+def test_migration_limit_in_every_form_the_frontend_reads():
+    """--migration-limit wins (argparse keeps the last); without it DYN_MIGRATION_LIMIT (frontend_args.py env_var)."""
+    def verdict(objects):
+        rule = rules.RULES_BY_NAME["frontend-migrates-requests"]
+        return rules.evaluate(rule, objects, rules.Context({}, None))
+
+    objects = good_objects()
+    assert verdict(objects) == ([], [])
+    set_arg(objects, "Frontend", "--migration-limit", "0")
+    assert ["--migration-limit 0 turns request migration off" in v.message for v in verdict(objects)[0]] == [True]
+    main(objects, "Frontend")["args"] += ["--migration-limit", "2"]     # the last one counts
+    assert verdict(objects) == ([], [])
+    drop_arg(objects, "Frontend", "--migration-limit")
+    drop_arg(objects, "Frontend", "--migration-limit")
+    assert "no --migration-limit, so Dynamo's default 0" in verdict(objects)[0][0].message
+    env(objects, "Frontend", "DYN_MIGRATION_LIMIT", "3")                # NVIDIA's Kubernetes guide sets it so
+    assert verdict(objects) == ([], [])
+    main(objects, "Frontend")["env"][-1].update(value="0")
+    assert "DYN_MIGRATION_LIMIT 0 turns request migration off" in verdict(objects)[0][0].message
+    main(objects, "Frontend")["env"][-1] = {"name": "DYN_MIGRATION_LIMIT",
+                                            "valueFrom": {"configMapKeyRef": {"name": "fe", "key": "limit"}}}
+    violations, skipped = verdict(objects)
+    assert violations == [] and "valueFrom" in skipped[0].reason
+    # Dynamo <= 0.9.1's place for it: dynamo.vllm >= 1.0.0 hands it to vLLM's parser, which exits
+    objects = good_objects()
+    main(objects, "decode")["args"] += ["--migration-limit", "3"]
+    assert ["component decode: --migration-limit" in v.message for v in verdict(objects)[0]] == [True]
+
+
+def test_frontend_migrates_requests_fails_on_the_old_render_of_every_stack(rendered):
+    """Every stack rendered before recipes/request-migration.yaml had no --migration-limit on its frontend (its only
+    difference from today's render): the rule fails that form and passes today's, for each of the four stacks."""
+    for stack, r in rendered.items():
+        objects = json.loads(json.dumps(r.objects))
+        assert "frontend-migrates-requests" not in fired(objects, resources=None), stack
+        frontend = main(objects, "Frontend")
+        assert flags.flag_value(frontend["args"], "--migration-limit") == "3", stack
+        drop_arg(objects, "Frontend", "--migration-limit")
+        got = [v for v in run(objects, resources=None)[0] if v.rule == "frontend-migrates-requests"]
+        assert len(got) == 1 and got[0].level == rules.MANDATORY and "no --migration-limit" in got[0].message, stack

@@ -22,7 +22,7 @@ from policies.rules.base import (  # the vocabulary the pack, `kimi-k3 check` an
 from policies.rules.topology import gpu_nodes, check_gpu_totals_match_recipe, check_graph_fits_node_pool, check_model_fits_at_tp, check_multinode_claims_compute_domain, check_pods_take_whole_nodes, check_tp_group_fits_nvlink_domain, check_tp_group_pinned_to_clique, check_tp_spans_whole_nodes
 from policies.rules.model_path import check_env_refs_provable, check_frontend_reads_model_path, check_multinode_args_survive_operator_rewrite, check_env_refs_resolve, check_model_cache_read_only, check_model_path_under_cache_mount, check_roles_agree_on_model
 from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_kv_transport_consistent, check_nvlink_kv_roles_share_compute_domain, check_efa_uses_libfabric, check_frontend_block_size_matches_workers, check_kv_router_has_kv_events, check_worker_block_size_is_vllms, check_no_removed_flags, check_ucx_settings_consistent
-from policies.rules.upgrades import TRANSITION_RULES, TransitionRule, check_graph_named_stably, run_transition_rules
+from policies.rules.upgrades import TRANSITION_RULES, TransitionRule, check_frontend_migrates_requests, check_graph_named_stably, run_transition_rules
 from policies.rules.access import check_aws_least_privilege
 from policies.rules.autoscaling import check_planner_owns_worker_replicas
 from policies.rules.safety import check_hf_token_from_secret, check_graph_await_reports_failure, check_pods_run_on_image_arch, check_job_await_reports_failure, check_images_pinned, check_model_cache_retained, check_runtime_version_declared, check_serving_containers_unprivileged, check_startup_budget_covers_load
@@ -110,6 +110,9 @@ RULES: tuple[Rule, ...] = (
           check_planner_owns_worker_replicas),
     _rule("graph-named-stably", "This program's DynamoGraphDeployment keeps one name whatever the recipe.",
           check_graph_named_stably),
+    _rule("frontend-migrates-requests", "A frontend routing to workers runs with request migration on "
+          "(--migration-limit > 0), so a rollout or a dead worker does not fail the responses streaming from it.",
+          check_frontend_migrates_requests),
     _rule("aws-least-privilege", "GPU nodes keep pods off the node role (IMDS hop limit 1), the VPC CNI and CSI "
           "drivers have their own roles, and the EKS API is not open to the whole internet.",
           check_aws_least_privilege, level=ADVISORY, scope="stack"),

@@ -15,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
+from kimi_k3 import flags
 from kimi_k3 import replacement as R
 from kimi_k3.graph import GRAPH_NAME
 
-from .base import ADVISORY, MANDATORY, Finding, Result, Violation, target_of
+from .base import ADVISORY, MANDATORY, Finding, Result, Skipped, Violation, frontends, name_of, target_of, workers
 
 DGD_KIND = "DynamoGraphDeployment"
 # Resources that hold the ~1.5 TB of weights, or hold what holds them (deleting a namespace deletes its PVCs).
@@ -164,3 +165,43 @@ def check_graph_named_stably(obj: Mapping, ctx) -> Iterator[Result]:
     if meta.get("name") != GRAPH_NAME:
         yield Finding(target_of(obj), f"named {meta.get('name')!r}, not {GRAPH_NAME!r}: a graph name that follows "
                       "the recipe or other config replaces the graph when that config changes (dynamo#13495)")
+
+
+def check_frontend_migrates_requests(obj: Mapping, ctx) -> Iterator[Result]:
+    """A frontend routing to workers runs with request migration on: --migration-limit (else its environment form
+    DYN_MIGRATION_LIMIT, dynamo/frontend/frontend_args.py) above 0. With Dynamo's default 0, every response streaming
+    from a worker whose pod a rolling update terminates ends with an error at the client."""
+    routed = list(workers(obj))
+    if not routed:
+        return
+    for comp, _, tokens in routed:
+        # dynamo.vllm read it up to 0.9.1; from 1.0.0 it passes unknown flags to vLLM's parser, which exits
+        if flags.has_flag(tokens, "--migration-limit") or flags.has_flag(tokens, "--migration-max-seq-len"):
+            yield Finding(target_of(obj), f"component {name_of(comp)}: --migration-limit/--migration-max-seq-len on a "
+                          "dynamo.vllm worker: a frontend flag since Dynamo 1.0.0, and an unknown flag stops the "
+                          "worker at startup (vLLM's argument parser); set it on the frontend")
+    for fe, container, tokens in frontends(obj):
+        raw = flags.flag_value(tokens, "--migration-limit")
+        where = "--migration-limit"
+        if raw is None and not flags.has_flag(tokens, "--migration-limit"):
+            env = flags.container_env(container)
+            if "DYN_MIGRATION_LIMIT" in env and env["DYN_MIGRATION_LIMIT"] is None:
+                yield Skipped(target_of(obj), f"frontend {name_of(fe)}: DYN_MIGRATION_LIMIT comes from a reference "
+                              "(valueFrom): its value cannot be read here")
+                continue
+            raw, where = env.get("DYN_MIGRATION_LIMIT"), "DYN_MIGRATION_LIMIT"
+        if raw is None:
+            yield Finding(target_of(obj), f"frontend {name_of(fe)}: no --migration-limit, so Dynamo's default 0: "
+                          "request migration is off and every response streaming from a worker that a rollout "
+                          "terminates (or that dies) fails at the client; set --migration-limit N > 0 on the frontend")
+            continue
+        try:
+            limit = int(raw)
+        except ValueError:
+            yield Finding(target_of(obj), f"frontend {name_of(fe)}: {where} {raw!r} is not an integer (the "
+                          "frontend exits at startup)")
+            continue
+        if limit <= 0:
+            yield Finding(target_of(obj), f"frontend {name_of(fe)}: {where} {limit} turns request migration off: "
+                          "every response streaming from a worker that a rollout terminates (or that dies) fails at "
+                          "the client; set it above 0")
