@@ -10,10 +10,13 @@ into the build cache and work directory for every package it "compiles", as the 
 from __future__ import annotations
 
 import os
+import re
+import signal
 import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -33,6 +36,9 @@ FAKE_GO = textwrap.dedent(r'''
     if args[:1] == ["env"]:
         print(env[args[1]]); sys.exit(0)
     if args[:2] == ["mod", "download"]:
+        if os.environ.get("FAKE_GO_FAIL_DOWNLOAD") == tool:
+            print(f"go: {{args[2]}}: reading https://proxy.golang.org/...: 404 Not Found", file=sys.stderr)
+            sys.exit(1)
         sys.exit(0)
     if args[:2] == ["list", "-m"]:
         fmt, module = args[3], args[4]
@@ -48,10 +54,12 @@ FAKE_GO = textwrap.dedent(r'''
             print(d)
         sys.exit(0)
     if args[:1] == ["run"]:
-        sys.exit(0)
+        sys.exit(1 if os.environ.get("FAKE_GO_FAIL_RUN") == tool else 0)
     if args[:1] == ["build"]:
         out = args[args.index("-o") + 1]
         pkgs = [a for a in args[args.index("-o") + 2:]]
+        if os.environ.get("FAKE_GO_SLEEP"):
+            import time; time.sleep(float(os.environ["FAKE_GO_SLEEP"]))
         for i in range(30):
             print(f"go: downloading example.com/dep{{i}} v1.0.0", file=sys.stderr)
         work = pathlib.Path(os.environ.get("GOTMPDIR") or "/tmp") / f"go-build-fake-{{tool}}"
@@ -90,12 +98,24 @@ def fake_go(tmp_path_factory):
     return bindir
 
 
-def run_build(tmp_path, fake_go, *tools, **extra):
+def build_env(tmp_path, fake_go, **extra):
     env = {**os.environ, "PATH": f"{fake_go}:{os.environ['PATH']}", "GOCACHE": str(tmp_path / "cache"),
            "GOMODCACHE": str(tmp_path / "mod"), "ENGINE_BUILD_DIR": str(tmp_path / "engine"),
            "GOTMPDIR": str(tmp_path / "work"), **extra}
-    (tmp_path / "work").mkdir(exist_ok=True)
-    return subprocess.run([str(BUILD_SH), *tools], env=env, capture_output=True, text=True, timeout=120)
+    if env["GOTMPDIR"]:
+        (tmp_path / "work").mkdir(exist_ok=True)
+    else:
+        del env["GOTMPDIR"]
+    return env
+
+
+def run_build(tmp_path, fake_go, *tools, **extra):
+    return subprocess.run([str(BUILD_SH), *tools], env=build_env(tmp_path, fake_go, **extra), capture_output=True,
+                          text=True, timeout=120)
+
+
+def trimmed_caches(tmp_path):
+    return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("cache-engine-"))
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +128,12 @@ def trimmed(tmp_path_factory, fake_go):
 def test_trimmed_build_removes_each_tools_build_cache_and_keeps_the_binaries(trimmed):
     tmp_path, done = trimmed
     assert done.returncode == 0, done.stderr
-    bindir = done.stdout.strip().splitlines()[-1]
+    (bindir,) = done.stdout.splitlines()  # the one line `make test-engine` reads
     for binary in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-kubernetes",
                    "kube-apiserver", "kube-controller-manager", "etcd"):
         assert os.access(os.path.join(bindir, binary), os.X_OK), binary
     # every tool compiled into a cache of its own, and none of those is left
-    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("cache"))
-    assert leftovers == [], leftovers
+    assert trimmed_caches(tmp_path) == []
     assert list((tmp_path / "work").iterdir()) == []
     for tool in ("provider", "kube", "pulumi", "etcd"):
         assert f"after {tool}: build cache" in done.stderr
@@ -143,7 +162,7 @@ def test_a_failed_build_names_the_tool_and_shows_the_end_of_its_log(tmp_path, fa
     assert "kube| compile: writing output:" in done.stderr and "no space left on device" in done.stderr
     assert "FAILED: kube (see the lines above)" in done.stderr
     assert done.stdout == ""  # no tool directory for make to use
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("cache")) == []  # trimmed on failure too
+    assert trimmed_caches(tmp_path) == []  # trimmed on failure too
 
 
 def test_a_module_download_broken_by_the_network_is_retried_once(tmp_path, fake_go):
@@ -156,4 +175,50 @@ def test_a_module_download_broken_by_the_network_is_retried_once(tmp_path, fake_
 def test_a_compile_error_is_not_retried(tmp_path, fake_go):
     done = run_build(tmp_path, fake_go, "etcd", FAKE_GO_FAIL="etcd")
     assert done.returncode == 1
+    assert "FAILED: etcd; the last lines of" in done.stderr
     assert "trying once more" not in done.stderr
+
+
+@pytest.mark.parametrize("tool, fault", [("monitoring-crds", {"FAKE_GO_FAIL_DOWNLOAD": "prometheus-operator"}),
+                                         ("provider", {"FAKE_GO_FAIL_RUN": "provider-kubernetes"})])
+def test_a_failed_step_before_go_build_fails_the_tool_in_trimmed_mode(tmp_path, fake_go, tool, fault):
+    # trimmed builds run each tool behind a subshell: a step that fails there must still stop the tool
+    done = run_build(tmp_path, fake_go, tool, ENGINE_TRIM_CACHES="1", **fault)
+    assert done.returncode == 1, done.stderr
+    assert f"FAILED: {tool} (see the lines above)" in done.stderr
+    assert not list((tmp_path / "engine").glob("*/crds/monitoring.coreos.com"))
+    assert not list((tmp_path / "engine").glob("*/bin/pulumi-resource-kubernetes"))
+
+
+def test_go_work_directories_go_to_ram_and_are_removed(tmp_path, fake_go):
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm on this machine: build.sh keeps go's work directories on disk here")
+    done = run_build(tmp_path, fake_go, "etcd", ENGINE_TRIM_CACHES="1", ENGINE_SHM_MIN_GIB="0", GOTMPDIR="")
+    assert done.returncode == 0, done.stderr
+    work = re.search(r"go build work directories in RAM: (/dev/shm/kimi-k3-go-work\.\S+)", done.stderr).group(1)
+    assert not os.path.exists(work)
+
+
+def test_sigterm_ends_every_build_process_and_removes_the_caches(tmp_path, fake_go):
+    env = build_env(tmp_path, fake_go, ENGINE_TRIM_CACHES="1", FAKE_GO_SLEEP="60")
+    proc = subprocess.Popen([str(BUILD_SH), "etcd", "kube"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not fake_builds(fake_go) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(fake_builds(fake_go)) == 2, proc.poll()  # etcd and kube side by side
+        proc.send_signal(signal.SIGTERM)  # to build.sh alone, not its process group
+        proc.wait(timeout=20)
+        time.sleep(0.5)
+        assert fake_builds(fake_go) == []
+        assert trimmed_caches(tmp_path) == []
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+        proc.communicate()
+
+
+def fake_builds(fake_go) -> list[str]:
+    """The scripted go's `build` processes still running."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if f"{fake_go}/go build" in line]

@@ -4,6 +4,7 @@
 # that directory (the only line on stdout; progress goes to stderr). A finished tool is never rebuilt for the same key.
 #   tools/engine/build.sh [--check] [TOOL...]   TOOL: pulumi provider kube etcd monitoring-crds (default: all five)
 #   --check: only verify that the wrapper go.mod files require versions.env's versions
+#   --disk-needed: print the GiB of free disk a cold build of all tools needs here (ENGINE_TRIM_CACHES as set)
 # pulumi: the CLI and our Python language host in one `go build` (shared packages compile once), plus
 # pulumi-language-python-exec from sdk/v3's module files; kube: kube-apiserver and kube-controller-manager in one
 # `go build`; monitoring-crds: the Prometheus Operator CRDs from that module's files into build/engine/<key>/crds.
@@ -40,11 +41,21 @@ tools=()
 for a in "$@"; do
   case "$a" in
     --check) check_only=1 ;;
+    --disk-needed) disk_needed=1 ;;
     pulumi|provider|kube|etcd|monitoring-crds) tools+=("$a") ;;
-    *) echo "tools/engine/build.sh: unknown argument '$a' (allowed: --check, ${ALL_TOOLS[*]})" >&2; exit 2 ;;
+    *) echo "tools/engine/build.sh: unknown argument '$a' (allowed: --check, --disk-needed, ${ALL_TOOLS[*]})" >&2; exit 2 ;;
   esac
 done
 [ ${#tools[@]} -gt 0 ] || tools=("${ALL_TOOLS[@]}")
+
+# Peak disk of a cold build of all five tools (bench/README.md, measured 2026-11-30): 18.7 GB untrimmed; trimmed,
+# 7.3 GB with go's work directories in RAM and ~4.7 GB more where they stay on disk.
+shm_has_room() { [ -z "${GOTMPDIR:-}" ] && [ -d /dev/shm ] &&
+  [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -ge $((${ENGINE_SHM_MIN_GIB:-8} * 1048576)) ]; }
+if [ "${disk_needed:-0}" = 1 ]; then
+  if [ "${ENGINE_TRIM_CACHES:-0}" != 1 ]; then echo 20; elif shm_has_room; then echo 8; else echo 13; fi
+  exit 0
+fi
 
 command -v go >/dev/null || { echo "tools/engine/build.sh: the go command is not on PATH (Go >= 1.26 is needed)" >&2; exit 2; }
 
@@ -91,7 +102,7 @@ gobuild() {  # name dir ldflags BIN|- package...
   [ "$bin" != - ] || out_arg="$tmp/"
   for attempt in 1 2; do
     rm -rf "$tmp" && mkdir -p "$tmp"
-    seen="$(wc -l < "$logf" 2>/dev/null || echo 0)"
+    seen=0; [ ! -f "$logf" ] || seen="$(wc -l < "$logf")"
     if (cd "$HERE/$dir" && go build -v -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w $ldflags" \
             -o "$out_arg" "$@") 2>&1 | tee -a "$logf" |
       awk -v name="$name" '/^go: downloading / {d++; next}
@@ -102,7 +113,7 @@ gobuild() {  # name dir ldflags BIN|- package...
     fi
     # One retry, only for a module download that the network broke (the proxy's 5xx, a reset, a timeout).
     if [ "$attempt" = 1 ] && tail -n +"$((seen + 1))" "$logf" |
-       grep -qE 'dial tcp|i/o timeout|connection reset|TLS handshake timeout|unexpected EOF|: 50[234] '; then
+       grep -qE '^go: .*(dial tcp|i/o timeout|connection reset|TLS handshake timeout|unexpected EOF|: 50[234] )'; then
       log "$name: a module download failed on the network; trying once more"; continue
     fi
     log "FAILED: $name; the last lines of $logf:"; tail -n 25 "$logf" | sed "s/^/  $name| /" >&2
@@ -128,6 +139,7 @@ products() {  # tool
 ready() {  # tool
   local f
   for f in $(products "$1"); do [ -e "$OUT/$f" ] || return 1; done
+  [ "$1" != monitoring-crds ] || compgen -G "$OUT/../crds/monitoring.coreos.com/*.yaml" >/dev/null
 }
 
 build_pulumi() {
@@ -182,18 +194,32 @@ build_monitoring-crds() {
   log "Prometheus Operator CRDs: $(ls "$crds" | wc -l) files in $crds"
 }
 
-# Every build started here ends with this script (failure, Ctrl-C, timeout), and so does its RAM work directory.
+# Every build started here ends with this script (failure, Ctrl-C, timeout): its whole process tree, the RAM work
+# directory and, when trimming, the per-tool build caches.
 shm_work=""
-trap 'kill $(jobs -pr) 2>/dev/null || true; [ -z "$shm_work" ] || rm -rf "$shm_work"' EXIT
-jobs_max="${ENGINE_BUILD_JOBS:-2}"
 trim="${ENGINE_TRIM_CACHES:-0}"
+base_cache=""
+descendants() {  # pid: every process below it, deepest first
+  local c
+  for c in $(ps -eo pid=,ppid= | awk -v p="$1" '$2 == p {print $1}'); do descendants "$c"; echo "$c"; done
+}
+cleanup() {
+  trap - EXIT INT TERM
+  local pids; pids="$(descendants $$)"
+  [ -z "$pids" ] || { kill $pids 2>/dev/null || true; sleep 0.2; kill -9 $pids 2>/dev/null || true; }
+  [ -z "$shm_work" ] || rm -rf "$shm_work"
+  if [ "$trim" = 1 ] && [ -n "$base_cache" ]; then rm -rf "$base_cache"-engine-*; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+jobs_max="${ENGINE_BUILD_JOBS:-2}"
 start=$SECONDS
 todo=()
 for t in "${tools[@]}"; do ready "$t" || todo+=("$t"); done
 if [ ${#todo[@]} -gt 0 ]; then
   base_cache="$(go env GOCACHE)"
-  if [ "$trim" = 1 ] && [ -z "${GOTMPDIR:-}" ] && [ -d /dev/shm ] &&
-     [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -ge $((8 * 1048576)) ]; then
+  if [ "$trim" = 1 ] && shm_has_room; then
     shm_work="$(mktemp -d /dev/shm/kimi-k3-go-work.XXXXXX)"; export GOTMPDIR="$shm_work"
     log "go build work directories in RAM: $GOTMPDIR"
   fi
@@ -201,8 +227,9 @@ if [ ${#todo[@]} -gt 0 ]; then
   for t in "${todo[@]}"; do
     while [ "$(jobs -pr | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
     if [ "$trim" = 1 ]; then
-      ( export GOCACHE="$base_cache-engine-$t"; rc=0; "build_$t" || rc=$?; footprint "after $t"
-        rm -rf "$GOCACHE"; exit "$rc" ) &
+      # set -e holds inside build_$t (a `||` here would switch it off); the EXIT trap reports and trims either way.
+      ( export GOCACHE="$base_cache-engine-$t"; trap 'footprint "after $t" || true; rm -rf "$GOCACHE"' EXIT
+        "build_$t" ) &
     else
       ( "build_$t" ) &
     fi
