@@ -94,11 +94,16 @@ def rehearse(out: Path, *args: str, timeout: float = 400) -> subprocess.Complete
                           capture_output=True, text=True, timeout=timeout)
 
 
-def assert_nothing_left(out: Path) -> None:
+def assert_no_leftovers(out: Path) -> None:
+    """No process of this run left, 5 s after it was told to stop."""
     deadline = time.monotonic() + 5
     while leftovers(out) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert leftovers(out) == []
+
+
+def assert_nothing_left(out: Path) -> None:
+    assert_no_leftovers(out)
     ports = {p["metrics_port"] for p in json.loads((out / "processes.json").read_text())}
     assert not ports & listening_ports()
     assert not Path(json.loads((out / "report.json").read_text())["scratch_dir"]).exists()
@@ -324,7 +329,4 @@ def test_real_frontend_readiness_with_the_prefill_worker_late(tmp_path):
         assert status == 200 and body["nvext"]["worker_id"]["prefill_worker_id"], body
     finally:
         procs.stop_all()
-    deadline = time.monotonic() + 5
-    while leftovers(out) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert leftovers(out) == []
+    assert_no_leftovers(out)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from test_rehearse_live import MARKER, PYTHON, leftovers
+from test_rehearse_live import MARKER, PYTHON, assert_no_leftovers
 from kimi_k3 import rehearsal
 from kimi_k3.commands import rehearse as cmd
 from kimi_k3.config import parse_stack_config
@@ -93,10 +93,7 @@ def running(graph, model_dir: Path, out: Path, speedup_ratio: float = 1.0):
         yield plan, procs
     finally:
         procs.stop_all()
-    deadline = time.monotonic() + 5
-    while leftovers(out) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert leftovers(out) == []
+    assert_no_leftovers(out)
 
 
 def requests_per_worker(plan) -> dict[str, float]:
