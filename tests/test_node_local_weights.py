@@ -166,19 +166,16 @@ def test_a_peer_serves_only_complete_local_files(tmp_path):
         server.server_close()
 
 
-def test_the_pod_entrypoint_marks_its_node_ready_once_everything_is_local(tmp_path):
-    """main() as the DaemonSet runs it (one peer, found by DNS), killed after its readiness marker appears."""
+def _run_entrypoint(src: Path, root: Path, fs_path: str | None, check_running=None) -> tuple[Path, str]:
+    """main() as the DaemonSet runs it (one peer, found by DNS; FS_PATH as given, or the tree's real place within its
+    filesystem), until its readiness marker appears; `check_running(port)` runs while it still serves. Returns the
+    marker and everything it printed."""
     import subprocess
     import sys
-    import time
-    src, data = _source(tmp_path)
-    root = tmp_path / "node"
-    (root / "old-revision").mkdir(parents=True)
     env = {"SOURCE": str(src), "LOCAL_ROOT": str(root), "MODEL_REPO": "moonshotai/Kimi-K3", "MODEL_REVISION": "abc",
            "POD_IP": "127.0.0.1", "PEERS_DNS": "localhost", "EXPECTED_PEERS": "1", "PORT": str(_free_port()),
-           "THREADS": "2", "PEER_WAIT_SECONDS": "5", "PATH": os.environ.get("PATH", "")}
-    # The check the DaemonSet makes (FS_PATH): here the tree's real place within its filesystem, so it copies.
-    env["FS_PATH"] = wp.filesystem_path(Path("/proc/self/mountinfo").read_text(), str(root))[0]
+           "THREADS": "2", "PEER_WAIT_SECONDS": "5", "PATH": os.environ.get("PATH", ""),
+           "FS_PATH": fs_path or wp.filesystem_path(Path("/proc/self/mountinfo").read_text(), str(root))[0]}
     proc = subprocess.Popen([sys.executable, wp.__file__], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     marker = root / "abc" / wp.READY_MARKER
@@ -187,11 +184,28 @@ def test_the_pod_entrypoint_marks_its_node_ready_once_everything_is_local(tmp_pa
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert marker.exists(), proc.stdout.read() if proc.poll() is not None else "no marker within 30 s"
-        assert proc.poll() is None, "it keeps serving its peers"
-        assert _listeners(int(env["PORT"])) == ["127.0.0.1"], "bound to the pod IP only, not 0.0.0.0"
+        if check_running:
+            assert proc.poll() is None, "it keeps serving its peers"
+            check_running(int(env["PORT"]))
     finally:
         proc.kill()
         out = proc.communicate()[0]
+    if not check_running:
+        assert _listeners(int(env["PORT"])) == []
+    return marker, out
+
+
+def test_the_pod_entrypoint_marks_its_node_ready_once_everything_is_local(tmp_path):
+    """main() as the DaemonSet runs it, killed after its readiness marker appears."""
+    src, data = _source(tmp_path)
+    root = tmp_path / "node"
+    (root / "old-revision").mkdir(parents=True)
+
+    def bound_to_the_pod_ip(port):
+        assert _listeners(port) == ["127.0.0.1"], "bound to the pod IP only, not 0.0.0.0"
+
+    # FS_PATH (the check the DaemonSet makes): here the tree's real place within its filesystem, so it copies.
+    marker, out = _run_entrypoint(src, root, None, bound_to_the_pod_ip)
     assert marker.read_text() == "local\n" and not (root / "old-revision").exists()
     dest = root / "abc" / "moonshotai" / "Kimi-K3"
     assert all((dest / rel).read_bytes() == blob and not (dest / rel).is_symlink() for rel, blob in data.items())
@@ -350,29 +364,13 @@ def test_the_prefetch_knows_whether_its_host_path_is_on_the_instance_store_array
 def test_the_pod_entrypoint_copies_nothing_off_the_array(tmp_path):
     """FS_PATH not where the tree is (a node without nodeadm's array: the host path on the root volume): the pod
     lays out links only, says so, and turns Ready on them; nothing is copied onto that filesystem."""
-    import subprocess
-    import sys
-    import time
     src, data = _source(tmp_path)
     root = tmp_path / "node"
     root.mkdir()
-    env = {"SOURCE": str(src), "LOCAL_ROOT": str(root), "MODEL_REPO": "moonshotai/Kimi-K3", "MODEL_REVISION": "abc",
-           "POD_IP": "127.0.0.1", "PEERS_DNS": "localhost", "EXPECTED_PEERS": "1", "PORT": str(_free_port()),
-           "THREADS": "2", "PEER_WAIT_SECONDS": "5", "FS_PATH": "/kimi-k3-weights", "PATH": os.environ.get("PATH", "")}
-    proc = subprocess.Popen([sys.executable, wp.__file__], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    marker = root / "abc" / wp.READY_MARKER
-    try:
-        deadline = time.monotonic() + 30
-        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert marker.exists(), proc.stdout.read() if proc.poll() is not None else "no marker within 30 s"
-    finally:
-        proc.kill()
-        out = proc.communicate()[0]
+    marker, out = _run_entrypoint(src, root, "/kimi-k3-weights")
     dest = root / "abc" / "moonshotai" / "Kimi-K3"
     assert marker.read_text() == "links\n" and all((dest / rel).is_symlink() for rel in data)
-    assert "NOT COPYING" in out and "not /kimi-k3-weights" in out and _listeners(int(env["PORT"])) == []
+    assert "NOT COPYING" in out and "not /kimi-k3-weights" in out
 
 
 def test_a_peer_is_bounded_in_transfers_and_stalls(tmp_path, monkeypatch):
