@@ -165,10 +165,10 @@ def resolve(cfg: StackConfig, graph) -> Optional[Autoscaling]:
     from .images import image_facts
 
     built = image_facts(image).arch
-    if built is not None and not set(built) & set(graph.frontend.arch):
+    if built is not None and not set(built) & set(graph.side_arch):
         raise _error("image", image, f"built for {', '.join(sorted(built))} (recipes/images.yaml), but the planner "
-                     f"runs beside the frontend on {', '.join(graph.frontend.arch)} nodes",
-                     f"an image built for {' or '.join(graph.frontend.arch)}")
+                     f"runs beside the controllers on {', '.join(graph.side_arch)} nodes",
+                     f"an image built for {' or '.join(graph.side_arch)}")
     prometheus = _prometheus(cfg)
     config = planner_config(graph, mode, minimum, budget, a.ttft_ms, a.itl_ms, a.adjustment_interval_seconds)
     profile = profile_files(graph, mode)

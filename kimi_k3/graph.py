@@ -132,6 +132,9 @@ class Frontend:
     env: tuple[tuple[str, str], ...]
     http_port: int
     arch: tuple[str, ...] = NODE_ARCHES    # kubernetes.io/arch values the frontend may run on (its image's)
+    # The GPU nodes' zone where it is known (eks: kimi-k3:cluster.gpuNodes.availabilityZone): the frontend (and its
+    # KV router) runs beside the workers, so requests, streamed tokens and KV events never cross a zone link.
+    zone: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,7 @@ class ServingGraph:
     kv_transport: str = "nvlink"          # nvlink | efa (resolved from the recipe and the topology)
     kv_transport_reason: str = ""
     download_arch: tuple[str, ...] = NODE_ARCHES   # kubernetes.io/arch values the download image runs on
+    side_arch: tuple[str, ...] = NODE_ARCHES   # kubernetes.io/arch of the nodes controllers run on (eks: system nodes)
     autoscaling: Any = None         # kimi_k3.autoscaling.Autoscaling when the SLA planner owns worker replicas
 
     @property
@@ -436,17 +440,20 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         raise ConfigError(f"kimi-k3:cluster.efaDevicesPerNode: KV moves over EFA ({transport_reason}) but the GPU "
                           "nodes offer no EFA devices; set it (existing clusters) or use eks mode")
     shared_domain = transport == "nvlink" and len(recipe.roles) > 1
-    # No pod may land where its image cannot run: workers on the GPU nodes' arch, the frontend and the
-    # download Job on what their images are built for (eks: the system nodes' arch).
+    # No pod may land where its image cannot run: workers on the GPU nodes' arch, the frontend in the workers'
+    # zone (eks: only the GPU nodes are there), the download Job on what its image is built for (eks: system nodes).
     gpu_arch = {kube_arch(platform.arch)}
     _check_image_arch(image, gpu_arch, "kimi-k3:serving.image", f"{platform.name} GPU nodes")
     side_arches = set(NODE_ARCHES)
     side_where = "the nodes"
+    frontend_zone = None
     if cfg.cluster.mode == "eks":
         system_ami = cfg.cluster.system_nodes.ami_type
         side_arches = {kube_arch(load_aws_facts().ami_types.get(system_ami, "unknown"))}
         side_where = f"system nodes (kimi-k3:cluster.systemNodes.amiType = {system_ami})"
-    frontend_arch = _check_image_arch(image, side_arches, "kimi-k3:serving.image (frontend)", side_where)
+        frontend_zone = cfg.cluster.gpu_nodes.availability_zone
+    # The frontend may run on any node of the workers' zone its image is built for: GPU nodes (tolerated) or others.
+    frontend_arch = _check_image_arch(image, set(NODE_ARCHES), "kimi-k3:serving.image (frontend)", "the nodes")
     download_arch = _check_image_arch(cfg.model.download_image, side_arches, "kimi-k3:model.downloadImage",
                                       side_where)
     model_path = f"{cfg.model.cache_mount_path.rstrip('/')}/{cfg.model.repo}"
@@ -523,7 +530,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         component="Frontend", replicas=fe.replicas or recipe.frontend.replicas,
         cpu=recipe.frontend.cpu, memory=recipe.frontend.memory, args=flag_list(fe_flags),
         env=tuple(merge(merge({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, recipe.frontend.env), fe.env).items()),
-        http_port=http_port, arch=frontend_arch,
+        http_port=http_port, arch=frontend_arch, zone=frontend_zone,
     )
     graph = ServingGraph(
         stack=stack, recipe=cfg.recipe, name=name, namespace=cfg.serving.namespace,
@@ -537,6 +544,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         compile_cache=compile_cache,
         node_local_weights=cfg.storage.resolved_node_local_weights(cfg.cluster.mode),
         kv_transport=transport, kv_transport_reason=transport_reason, download_arch=download_arch,
+        side_arch=tuple(sorted(side_arches)),
     )
     if cfg.serving.autoscaling.enabled:  # the SLA planner: bounds, config and profile data (kimi_k3/autoscaling.py)
         from .autoscaling import resolve

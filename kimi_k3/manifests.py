@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from . import workload
-from .graph import Role, ServingGraph, compile_cache_spec
-from .monitoring import role_labels
+from . import smoke, workload
+from .graph import Role, ServingGraph, compile_cache_spec, role_flag
+from .monitoring import ROLE_LABEL, role_labels
 from .images import kube_arch
 from .data import recipe_file
 from .weights_prefetch import READY_MARKER as PREFETCH_READY_MARKER
@@ -77,6 +77,7 @@ WATCH_SCRIPT = Path(__file__).with_name("graph_watch.py")
 
 
 ARCH_LABEL = "kubernetes.io/arch"
+ZONE_LABEL = "topology.kubernetes.io/zone"  # well-known label; kubelet/cloud provider sets it on every EKS node
 
 
 def compute_domain_name(graph: ServingGraph, role: Role) -> str:
@@ -227,12 +228,19 @@ def frontend_url(graph: ServingGraph) -> str:
     return f"http://{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}"
 
 
+def smoke_block_size(graph: ServingGraph) -> int:
+    """The largest KV block any worker runs (its --block-size, as vLLM runs it): the smoke test's cache-hit probe
+    spans whole blocks of it, in the Job and in the rehearsal alike."""
+    return max(int(role_flag(r, "--block-size")) for r in graph.roles)
+
+
 def smoke_job(graph: ServingGraph, image: str, node_selector: dict[str, str] | None = None) -> Obj:
     """The smoke test against the frontend Service once the graph is Ready, plus what only the real model shows
     (reasoning_content, a parsed tool call, an image input). The provider's Job await fails `pulumi up` when the
     Job fails; the failed checks are in the pod's termination message and log."""
     url = frontend_url(graph)
     max_len = max(r.max_model_len for r in graph.roles)
+    block = smoke_block_size(graph)
     # A changed graph changes the pod template, so the Job is replaced and the smoke test runs again.
     graph_hash = hashlib.sha256(json.dumps(graph_deployment(graph), sort_keys=True).encode()).hexdigest()[:16]
     return {
@@ -253,6 +261,7 @@ def smoke_job(graph: ServingGraph, image: str, node_selector: dict[str, str] | N
                         "name": "smoke", "image": image,
                         "command": ["python3", f"/smoke/{SMOKE_SCRIPT.name}"],
                         "args": ["--url", url, "--served-model-name", graph.served_model_name, "--max-model-len", str(max_len),
+                                 "--kv-block-size", str(block), "--cache-probe-tokens", str(smoke.probe_tokens(block)),
                                  "--real-model", "--wait-seconds", str(SMOKE_WAIT_SECONDS),
                                  "--termination-log", "/dev/termination-log"],
                         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -425,6 +434,22 @@ def graph_watch_objects(graph: ServingGraph, image: str, node_selector: dict[str
     return [sa, role, binding, script, job]
 
 
+def _frontend_placement(graph: ServingGraph) -> Obj:
+    """The frontend (HTTP, tokenizer, KV router) in the workers' zone: every request, streamed token and KV event
+    passes between them, and in eks the GPUs sit in a Local Zone whose only nodes are the GPU nodes. A required pod
+    affinity on the zone to the graph's workers (any cluster), the zone itself where it is known (eks), the GPU taint
+    tolerated (it runs on a GPU node there, beside a worker, on its small CPU/memory request)."""
+    fe = graph.frontend
+    node_terms = [_arch_requirement(fe.arch)] + (
+        [{"key": ZONE_LABEL, "operator": "In", "values": [fe.zone]}] if fe.zone else [])
+    same_zone = [{"labelSelector": {"matchLabels": {GRAPH_LABEL: graph.name}, "matchExpressions": [
+        {"key": ROLE_LABEL, "operator": "In", "values": sorted(r.key for r in graph.roles)}]},
+        "topologyKey": ZONE_LABEL}]
+    return {"affinity": {**_node_affinity(*node_terms),
+                         "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": same_zone}},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+
+
 def _frontend_component(graph: ServingGraph) -> Obj:
     fe = graph.frontend
     container = {
@@ -441,7 +466,7 @@ def _frontend_component(graph: ServingGraph) -> Obj:
     # Labels our PodMonitors select on (kimi_k3/monitoring.py), not the operator's (#10596).
     component = {"name": fe.component, "type": "frontend", "replicas": fe.replicas,
                  "podTemplate": {"metadata": {"labels": {GRAPH_LABEL: graph.name, **role_labels("frontend")}}, "spec": {
-                     "affinity": _node_affinity(_arch_requirement(fe.arch)),
+                     **_frontend_placement(graph),
                      "volumes": [{"name": CACHE_VOLUME, "persistentVolumeClaim": {
                          "claimName": NAMES["pvc"], "readOnly": True}}],
                      "containers": [container]}}}
@@ -624,9 +649,9 @@ def _components(graph: ServingGraph) -> list[Obj]:
     from . import autoscaling
     from .images import image_facts
 
-    # The planner runs where the frontend may (eks: the system nodes), on an architecture its image is built for.
+    # The planner runs beside the controllers (eks: the system nodes), on an architecture its image is built for.
     built = image_facts(graph.autoscaling.image).arch
-    arches = [a for a in graph.frontend.arch if built is None or a in built]
+    arches = [a for a in graph.side_arch if built is None or a in built]
     planner = autoscaling.planner_component(graph, {GRAPH_LABEL: graph.name, **role_labels("planner")},
                                             _node_affinity(_arch_requirement(arches)))
     # The planner last: the workers keep their positions in spec.components (a diff shows only what changed).

@@ -87,6 +87,8 @@ def _alert(name: str, expr: str, minutes: int, severity: str, summary: str) -> O
 def alert_rules(graph: ServingGraph, release_label: dict[str, str], ttft_p95_seconds: float,
                 itl_p95_seconds: float, max_queued: int, max_kv_usage_percent: float, dra_ns: str) -> Obj:
     ns = f'namespace="{graph.namespace}"'
+    # The KV gauge is a 0.0-1.0 fraction (recipes/metrics.yaml); the threshold is configured in percent.
+    kv_fraction = f"{float(max_kv_usage_percent) / 100:g}"
     ttft_p95_seconds, itl_p95_seconds, max_kv_usage_percent = (f"{float(x):g}" for x in (
         ttft_p95_seconds, itl_p95_seconds, max_kv_usage_percent))
 
@@ -99,7 +101,7 @@ def alert_rules(graph: ServingGraph, release_label: dict[str, str], ttft_p95_sec
                "warning", f"p95 inter-token latency above {itl_p95_seconds}s for 10m"),
         _alert("KimiK3RequestsQueued", f"sum(dynamo_frontend_queued_requests{{{ns}}}) > {max_queued}", 5,
                "warning", f"more than {max_queued} requests queued at the frontend for 5m: workers saturated"),
-        _alert("KimiK3KVCacheFull", f"max(dynamo_component_gpu_cache_usage_percent{{{ns}}}) > {max_kv_usage_percent}",
+        _alert("KimiK3KVCacheFull", f"max(dynamo_component_gpu_cache_usage_percent{{{ns}}}) > {kv_fraction}",
                10, "warning", f"KV cache above {max_kv_usage_percent}% on a worker for 10m"),
         _alert("KimiK3WorkerRestarted",
                f'increase(kube_pod_container_status_restarts_total{{{ns},container="main"}}[15m]) > 0', 0,
@@ -129,7 +131,7 @@ def overview_dashboard(graph: ServingGraph) -> Obj:
         ("TTFT p95", f"histogram_quantile(0.95, sum by (le) (rate(dynamo_frontend_time_to_first_token_seconds_bucket{{{ns}}}[5m])))", "s"),
         ("ITL p95", f"histogram_quantile(0.95, sum by (le) (rate(dynamo_frontend_inter_token_latency_seconds_bucket{{{ns}}}[5m])))", "s"),
         ("Queued requests", f"sum(dynamo_frontend_queued_requests{{{ns}}})", "short"),
-        ("KV cache usage by worker", f"dynamo_component_gpu_cache_usage_percent{{{ns}}}", "percent"),
+        ("KV cache usage by worker", f"dynamo_component_gpu_cache_usage_percent{{{ns}}}", "percentunit"),
         ("Requests/s by worker", f'sum by (pod) (rate(dynamo_component_requests_total{{{ns},dynamo_endpoint="generate"}}[5m]))', "reqps"),
         ("Container restarts", f'sum by (pod) (kube_pod_container_status_restarts_total{{{ns},container="main"}})', "short"),
     ]

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from . import workload
 from .graph import Role, ServingGraph, role_prefix_caching
+from .manifests import smoke_block_size
 from .planner import RolePlan, plan_role
 
 LOOPBACK = "127.0.0.1"
@@ -80,6 +81,7 @@ class Rehearsal:
     http_port: int
     roles: tuple[RolePlanView, ...]
     processes: tuple[ProcessSpec, ...] = field(default_factory=tuple)
+    smoke_block_size: int = 0   # the KV block the smoke test's cache-hit probe spans (manifests.smoke_block_size)
 
     @property
     def url(self) -> str:
@@ -205,7 +207,8 @@ def plan_rehearsal(graph: ServingGraph, role_plans: Mapping[str, RolePlan], *, h
                                          env=(("DYN_SYSTEM_PORT", str(port)),), metrics_port=port))
     return Rehearsal(stack=graph.stack, served_model_name=graph.served_model_name,
                      max_model_len=max(r.max_model_len for r in graph.roles), block_size=graph.block_size,
-                     http_port=http_port, roles=tuple(roles), processes=tuple(processes))
+                     http_port=http_port, roles=tuple(roles), processes=tuple(processes),
+                     smoke_block_size=smoke_block_size(graph))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import sys
 import time
@@ -17,9 +18,30 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Mapping, Optional
 
-# A long shared prefix: long enough to fill several KV blocks, so a repeat must report cached prompt tokens.
-LONG_PROMPT = ("You are the planning agent of a build system. Follow the repository's conventions, keep every "
-               "change small, explain each tool call, and never touch files outside the work tree. ") * 40
+# The cache-hit probe: vLLM reuses only whole KV blocks (1536 tokens at TP8 for Kimi K3: recipes/model.yaml), so
+# a repeat reports cached_tokens > 0 only past a full block of the block size the workers run. The probe's length
+# must therefore hold whatever the tokenizer: it is N distinct space-separated random words, and every tokenizer
+# vLLM serves Kimi K3 (or the rehearsal) with splits at whitespace before merging (tiktoken's / GPT-2's byte-level
+# pre-tokenizer regex, SentencePiece's split_by_whitespace), so no token spans two words: N words >= N tokens.
+PROBE_BLOCKS = 3            # probe words per KV block of the largest block size in the graph (>= 2 blocks cached)
+PROBE_SEED = 19             # deterministic: the same probe in the rehearsal and in every Job run
+PROBE_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+PROBE_MAX_TOKENS_PER_WORD = 4   # " abc" is 4 bytes: no byte-level (or byte-fallback) tokenizer makes more of it
+
+
+def probe_tokens(kv_block_size: int) -> int:
+    """The probe's length (a lower bound on its tokens under any whitespace-splitting tokenizer) for workers whose
+    largest KV block is `kv_block_size` tokens."""
+    return PROBE_BLOCKS * kv_block_size
+
+
+def cache_probe(tokens: int) -> str:
+    """`tokens` space-separated random 3-letter words: at least `tokens` tokens, at most ~3 per word."""
+    import random
+    rng = random.Random(PROBE_SEED)
+    return " ".join("".join(rng.choice(PROBE_LETTERS) for _ in range(3)) for _ in range(tokens)) + " "
+
+
 # 1x1 PNG (one white pixel): the smallest image input every multimodal processor accepts.
 PIXEL_PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4//8/AAX+Av4N70a4AAAAAElFTkSuQmCC")
 WEATHER_TOOL = {"type": "function", "function": {
@@ -97,19 +119,32 @@ def check_chat_stream(c: Client, model: str, max_len: int) -> str | None:
 PREFIX_CACHE_SECONDS = 15   # for the worker's KV event to reach the router (ms when idle; a loaded machine lags)
 
 
-def check_prefix_cache(c: Client, model: str, max_len: int) -> str | None:
-    """The same long prompt again: a repeat must report cached prompt tokens (prefix caching + KV routing)."""
+def check_prefix_cache(c: Client, model: str, max_len: int, kv_block_size: Optional[int] = None,
+                       probe_len: Optional[int] = None) -> str | None:
+    """The same long prompt again: a repeat must report at least one whole KV block of cached prompt tokens (prefix
+    caching + KV routing). `kv_block_size`: the largest block the graph's workers run; the probe spans
+    PROBE_BLOCKS of them (or `probe_len` words)."""
+    if not kv_block_size or kv_block_size < 1:
+        return ("no --kv-block-size: the probe cannot be sized to the workers' KV block (vLLM caches whole blocks "
+                "only, so a probe shorter than one never reports cached tokens)")
+    words = probe_len or probe_tokens(kv_block_size)
+    if words < kv_block_size + 1:
+        return (f"probe of {words} words cannot span one whole {kv_block_size}-token block and a new token; "
+                f"allowed: >= {kv_block_size + 1} (default {probe_tokens(kv_block_size)})")
+    prompt = cache_probe(words)
     cached, attempt, end = 0, 0, time.monotonic() + PREFIX_CACHE_SECONDS
     while True:  # the router learns a block from the worker's KV event; give it a moment, bounded in time
-        status, body = c.json("POST", "/v1/chat/completions", _chat(model, LONG_PROMPT + f"Task {attempt}.", 4))
+        status, body = c.json("POST", "/v1/chat/completions", _chat(model, prompt + f"Task {attempt}.", 4))
         if status != 200:
             return f"long prompt -> {status}: {str(body)[:200]}"
-        details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
+        usage = body.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
         cached = details.get("cached_tokens") or 0
-        if attempt and cached > 0:
+        if attempt and cached >= kv_block_size:
             return None
         if attempt >= 2 and time.monotonic() > end:
-            return f"repeated long prompt reported cached_tokens={cached} ({attempt} repeats)"
+            return (f"repeated {usage.get('prompt_tokens')}-token prompt ({words} words) reported "
+                    f"cached_tokens={cached}, want >= {kv_block_size} (one whole KV block; {attempt} repeats)")
         attempt += 1
         time.sleep(0.5)
 
@@ -162,11 +197,16 @@ REAL_MODEL_CHECKS: dict[str, Callable[[Client, str, int], str | None]] = {
 }
 
 
-def run(base_url: str, model: str, max_model_len: int, *, real_model: bool = False, timeout: float = 60.0,
+def run(base_url: str, model: str, max_model_len: int, *, kv_block_size: Optional[int] = None,
+        probe_len: Optional[int] = None, real_model: bool = False, timeout: float = 60.0,
         log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Run every check; {passed, checks: {name: bool}, failures: {name: why}}."""
+    """Run every check; {passed, checks: {name: bool}, failures: {name: why}}. `kv_block_size`: the largest KV
+    block (tokens) the graph's workers run, which the cache-hit probe must span (kimi_k3/manifests.py passes it to
+    the Job, kimi_k3/commands/rehearse.py to the rehearsal: one probe, one criterion)."""
     client = Client(base_url, timeout)
     checks = {**CHECKS, **(REAL_MODEL_CHECKS if real_model else {})}
+    checks["repeated_prompt_cached"] = functools.partial(check_prefix_cache, kv_block_size=kv_block_size,
+                                                         probe_len=probe_len)
     results: dict[str, bool] = {}
     failures: dict[str, str] = {}
     for name, check in checks.items():
@@ -261,24 +301,34 @@ def wait_until_served(base_url: str, model: str, deadline_s: float, log: Callabl
     return False
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The Job's command line (policies/rules/observability.py reads a rendered Job's args with it)."""
+    p = argparse.ArgumentParser(prog="smoke.py", description=__doc__.splitlines()[0])
     p.add_argument("--url", required=True, help="frontend base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--served-model-name", dest="model", required=True, help="the model name the frontend serves")
     p.add_argument("--max-model-len", type=int, required=True, help="the workers' context window in tokens")
+    p.add_argument("--kv-block-size", type=int, help="the largest KV block (tokens) the workers run: the cache-hit "
+                   "probe spans whole blocks of it and a repeat must report >= one block cached")
+    p.add_argument("--cache-probe-tokens", type=int, help="the cache-hit probe's length in words, each >= 1 token "
+                   f"under any whitespace-splitting tokenizer (default {PROBE_BLOCKS} x --kv-block-size)")
     p.add_argument("--real-model", action="store_true", help="also check reasoning, tool calls and image input")
     p.add_argument("--wait-seconds", type=float, default=0, help="wait this long for /v1/models to list the model")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
     p.add_argument("--termination-log", metavar="FILE", help="write the one-line summary here (the Job's "
                    "/dev/termination-log, shown by kubectl describe pod)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
 
     def log(line: str) -> None:
         print(line, flush=True)
 
     if args.wait_seconds and not wait_until_served(args.url, args.model, args.wait_seconds, log):
         log(f"smoke: {args.url} did not list {args.model!r} within {args.wait_seconds:.0f}s")
-    result = run(args.url, args.model, args.max_model_len, real_model=args.real_model, log=log)
+    result = run(args.url, args.model, args.max_model_len, kv_block_size=args.kv_block_size,
+                 probe_len=args.cache_probe_tokens, real_model=args.real_model, log=log)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2, sort_keys=True)

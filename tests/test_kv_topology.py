@@ -199,11 +199,14 @@ def test_every_pod_is_pinned_to_an_architecture_its_image_runs_on(stack, rendere
     assert not [s for s in skipped if s.rule == "pods-run-on-image-arch"], "every image's architectures are known"
 
 
-def test_frontend_follows_the_system_nodes_architecture(rendered):
+def test_frontend_runs_in_the_gpu_zone_on_any_arch_its_image_has(rendered):
+    """eks: the only nodes in the GPU zone (the Dallas Local Zone) are the arm64 GPU nodes; the multi-arch image
+    runs there (tests/test_frontend_zone.py holds the placement itself)."""
     fe = next(c for c in dgd_of(rendered["gb200"].objects)["spec"]["components"] if c["type"] == "frontend")
     term = fe["podTemplate"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}], "eks system nodes are m7i (x86_64)"
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]},
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1-dfw-2a"]}]
 
 
 def test_rule_fails_when_an_unpinned_pod_runs_a_single_arch_image(rendered):

@@ -131,5 +131,5 @@ def test_upstream_gb200_disagg_over_grpc(analyzer):
     analyzer.Configure(analyzer_pb2.ConfigureAnalyzerRequest())  # no node pool known: that rule is not applicable
     response = analyze(analyzer, dgd_of(objects))
     assert sorted({d.policyName for d in response.diagnostics}) == [
-        "frontend-migrates-requests", "runtime-version-declared", "tp-group-pinned-to-clique", "ucx-settings-consistent",
+        "frontend-in-workers-zone", "frontend-migrates-requests", "runtime-version-declared", "tp-group-pinned-to-clique", "ucx-settings-consistent",
         "worker-block-size-is-vllms"]

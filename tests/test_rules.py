@@ -23,7 +23,7 @@ def worker(name, role, extra_args=()):
             "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}', *extra_args]
     return {
         "name": name, "type": role, "replicas": 1, "multinode": {"nodeCount": 2}, "runtimeVersionOverride": "1.4.0",
-        "podTemplate": {"spec": {
+        "podTemplate": {"metadata": {"labels": {"role": name}}, "spec": {
             "affinity": {
                 "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                     {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
@@ -54,7 +54,12 @@ def compute_domain(name):
 
 def good_objects():
     frontend = {"name": "Frontend", "type": "frontend", "replicas": 1, "runtimeVersionOverride": "1.4.0",
-                "podTemplate": {"spec": {"containers": [{
+                "podTemplate": {"spec": {
+                    # in the workers' zone (frontend-in-workers-zone)
+                    "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchExpressions": [
+                            {"key": "role", "operator": "In", "values": ["prefill", "decode"]}]}}]}},
+                    "containers": [{
                     "name": "main", "image": IMAGE, "command": ["python3", "-m", "dynamo.frontend"],
                     "args": ["--router-mode", "kv", "--kv-cache-block-size", "1536", "--migration-limit", "3",
                              "--http-port", "8000"],
@@ -116,6 +121,18 @@ def test_good_graph_passes_every_rule():
     assert [s.rule for s in skipped if s.rule != "model-fits-at-tp"] == []
 
 
+def smoke_job(args):
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "smoke"}, "spec": {
+        "backoffLimit": 1, "activeDeadlineSeconds": 300, "template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "smoke", "image": "python:3.12.11-slim",
+                                                  "command": ["python3", "/smoke/smoke.py"], "args": args}]}}}}
+
+
+def alert_rule(expr):
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": {"name": "alerts"},
+            "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": expr, "for": "5m"}]}]}}
+
+
 def waiting_job():
     """A download Job that awaits through pulumi.com/waitFor (the form our stacks rendered before)."""
     return {"apiVersion": "batch/v1", "kind": "Job",
@@ -140,6 +157,13 @@ MUTATIONS = {
                 '{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_connector_extra_config":{"backends":["LIBFABRIC"]}}'),
         main(o, "decode")["resources"]["limits"].update({"vpc.amazonaws.com/efa": "4"})),
     "frontend-reads-model-path": lambda o: main(o, "Frontend").pop("volumeMounts"),
+    # the old form of every stack: the frontend pinned only by architecture (eks: the Region's system nodes)
+    "frontend-in-workers-zone": lambda o: comp(o, "Frontend")["podTemplate"]["spec"].pop("affinity"),
+    # the old form: the smoke Job's fixed ~1.4k-token English prompt, no block size (1536 at TP8)
+    "smoke-probe-spans-kv-block": lambda o: o.append(smoke_job(["--url", "http://f:8000", "--served-model-name", "m",
+                                                                "--max-model-len", "262144"])),
+    # the old form: the 0.0-1.0 KV gauge compared with 90 (percent)
+    "alerts-match-metric-units": lambda o: o.append(alert_rule("max(dynamo_component_gpu_cache_usage_percent) > 90")),
     "pods-run-on-image-arch": lambda o: main(o, "Frontend").update(
         image="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.1.0-efa-amd64"),
     "tp-spans-whole-nodes": lambda o: set_arg(o, "decode", "--tensor-parallel-size", "16"),
@@ -337,21 +361,22 @@ def test_check_missing_target_is_a_usage_error(tmp_path):
 RUNTIME = "runtime-version-declared"
 BLOCK = "worker-block-size-is-vllms"  # gb200 pins --block-size 64 (vLLM raises it to 768), gb300 sets none
 MIGRATION = "frontend-migrates-requests"   # every upstream K3 frontend runs Dynamo's default, migration off
+ZONE = "frontend-in-workers-zone"   # no upstream K3 frontend is kept in its workers' zone
 UPSTREAM_PINS = {
-    "agg-gb200-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"), (MIGRATION, "Frontend"),
+    "agg-gb200-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (ZONE, "Frontend"),
                           (RUNTIME, "VllmDecodeWorker"), (BLOCK, "VllmDecodeWorker")},
-    "agg-gb300-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"), (MIGRATION, "Frontend"),
+    "agg-gb300-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (ZONE, "Frontend"),
                           (RUNTIME, "VllmDecodeWorker"), ("model-path-under-cache-mount", "VllmDecodeWorker"),
                           (BLOCK, "VllmDecodeWorker")},
     "disagg-gb200-agentic": {("tp-group-pinned-to-clique", "Prefill"), ("tp-group-pinned-to-clique", "Decode"),
                              ("ucx-settings-consistent", "Prefill"), ("ucx-settings-consistent", "Decode"),
-                             (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (RUNTIME, "Prefill"), (RUNTIME, "Decode"),
+                             (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (ZONE, "Frontend"), (RUNTIME, "Prefill"), (RUNTIME, "Decode"),
                              (BLOCK, "Prefill"), (BLOCK, "Decode")},
     "disagg-gb300-agentic": {("tp-group-pinned-to-clique", "PrefillWorker"),
                              ("tp-group-pinned-to-clique", "DecodeWorker"),
                              ("model-path-under-cache-mount", "PrefillWorker"),
                              ("model-path-under-cache-mount", "DecodeWorker"),
-                             (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (RUNTIME, "PrefillWorker"), (RUNTIME, "DecodeWorker"),
+                             (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (ZONE, "Frontend"), (RUNTIME, "PrefillWorker"), (RUNTIME, "DecodeWorker"),
                              (BLOCK, "PrefillWorker"), (BLOCK, "DecodeWorker")},
 }
 

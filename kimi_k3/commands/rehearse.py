@@ -413,7 +413,8 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         ready_seconds = time.monotonic() - started
         say(f"[{ready_seconds:5.1f}s] graph ready")
 
-        smoke_result = smoke.run(plan.url, plan.served_model_name, plan.max_model_len, log=say)
+        smoke_result = smoke.run(plan.url, plan.served_model_name, plan.max_model_len,
+                                 kv_block_size=plan.smoke_block_size, log=say)  # as the Job runs it
         if not smoke_result["passed"]:
             raise RehearsalFailed("smoke test failed: " + "; ".join(
                 f"{k}: {v}" for k, v in smoke_result["failures"].items()))

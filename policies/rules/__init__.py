@@ -25,6 +25,8 @@ from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_kv_tr
 from policies.rules.upgrades import TRANSITION_RULES, TransitionRule, check_frontend_migrates_requests, check_graph_named_stably, run_transition_rules
 from policies.rules.access import check_aws_least_privilege
 from policies.rules.autoscaling import check_planner_owns_worker_replicas
+from policies.rules.observability import check_alerts_match_metric_units, check_smoke_probe_spans_kv_block
+from policies.rules.placement import check_frontend_in_workers_zone
 from policies.rules.safety import check_hf_token_from_secret, check_graph_await_reports_failure, check_pods_run_on_image_arch, check_job_await_reports_failure, check_images_pinned, check_model_cache_retained, check_runtime_version_declared, check_serving_containers_unprivileged, check_startup_budget_covers_load
 
 
@@ -85,6 +87,15 @@ RULES: tuple[Rule, ...] = (
           check_worker_block_size_is_vllms),
     _rule("kv-router-has-kv-events", "With --router-mode kv, the routed workers publish KV events.",
           check_kv_router_has_kv_events),
+    _rule("frontend-in-workers-zone", "The frontend (and any KV router) runs in the workers' zone: a required "
+          "podAffinity on topology.kubernetes.io/zone selecting the workers' pods, or one zone pinned on both.",
+          check_frontend_in_workers_zone),
+    _rule("smoke-probe-spans-kv-block", "The smoke test's cache-hit probe spans at least two of the largest KV "
+          "blocks the workers run (vLLM caches whole blocks only) and asks for a hit it can get.",
+          check_smoke_probe_spans_kv_block, scope="stack"),
+    _rule("alerts-match-metric-units", "Alert rules and dashboard panels query metrics their exporter exports, "
+          "with thresholds and display units in the metric's real unit (recipes/metrics.yaml).",
+          check_alerts_match_metric_units),
     _rule("pods-run-on-image-arch", "No pod can be scheduled on a node whose CPU architecture its images are not "
           "built for (recipes/images.yaml).", check_pods_run_on_image_arch),
     _rule("images-pinned", "Container images carry a tag other than latest, or a digest.", check_images_pinned),
