@@ -178,15 +178,26 @@ def raw_estimate(point: dict[str, Any], live: bool = True) -> tuple[dict[str, fl
     if point["osl"] != aic.OSL:
         base, src = raw_estimate({**point, "osl": aic.OSL}, live=False)
         out = dict(base)
+        note = f"OSL {point['osl']:,} derived from the OSL-{aic.OSL:,} row"
         if point["mode"] == "agg":  # aiconfigurator's agg rule: batch * OSL / (TTFT + OSL * TPOT)
-            t, d, b = base["ttft_ms"] / 1000, base["tpot_ms"] / 1000, point["batch"]
+            t, d0 = base["ttft_ms"] / 1000, base["tpot_ms"] / 1000
+            pure = _pure_decode_tpot(point)
+            if pure is not None and pure < base["tpot_ms"]:
+                # an aggregated TPOT = pure decode + the other requests' prefills spread over the output:
+                # the spread part scales with 1 / OSL (pure decode: the same worker's disaggregated decode row)
+                out["tpot_ms"] = pure + (base["tpot_ms"] - pure) * aic.OSL / point["osl"]
+                out["tokens_per_second_per_user"] = base["tokens_per_second_per_user"] * base["tpot_ms"] / out["tpot_ms"]
+            else:
+                note += " (TPOT as there: no pure-decode row for this layout)"
+            d = out["tpot_ms"] / 1000
             out["tokens_per_second"] = base["tokens_per_second"] * (point["osl"] / (t + point["osl"] * d)) / (
-                aic.OSL / (t + aic.OSL * d))
+                aic.OSL / (t + aic.OSL * d0))
         else:
             out[RATES[1]] = base[RATES[1]] * aic.OSL / point["osl"]
             out["tokens_per_second"] = disagg_throughput(point, out[RATES[0]], out[RATES[1]])
+            note += " (TTFT, TPOT as there)"
         out["tokens_per_second_per_gpu"] = out["tokens_per_second"] / _gpus(point)
-        return out, f"{src}; OSL {point['osl']:,} derived from the OSL-{aic.OSL:,} row (TTFT, TPOT as there)"
+        return out, f"{src}; {note}"
     bkey = "batch" if point["mode"] == "agg" else "decode_batch"
     b0, b1 = _bracket(point[bkey], aic.BATCHES, "batch per worker")
     if point["isl"] < aic.CONTEXTS[0]:  # short prompts: along the 8k-32k line (no row below 8k)
@@ -207,6 +218,32 @@ def raw_estimate(point: dict[str, Any], live: bool = True) -> tuple[dict[str, fl
         hi = _interp(point[bkey], b0, b1, corners[(b0, i1)][m], corners[(b1, i1)][m])
         out[m] = _interp(point["isl"], i0, i1, lo, hi)
     return out, "; ".join(["interpolated", *notes])
+
+
+def _pure_decode_tpot(point: dict[str, Any]) -> Optional[float]:
+    """The TPOT of decoding alone for an aggregated point (OSL 1,024): the same GPU and TP's disaggregated
+    decode row; without one, the agg TPOT times the pure-decode share another TP on the same GPU shows."""
+    def decode_row(tp: int) -> Optional[float]:
+        try:
+            est, _ = raw_estimate(dict(mode="disagg", system=point["system"], prefill_tp=tp, prefill_workers=1,
+                                       decode_tp=tp, decode_workers=1, isl=point["isl"], osl=aic.OSL,
+                                       decode_batch=point["batch"]), live=False)
+        except PerfError:
+            return None
+        return est["tpot_ms"]
+
+    if (point["system"], point["tp"], point["tp"]) in aic.DISAGG_LAYOUTS:
+        return decode_row(point["tp"])
+    for system, tp, _ in aic.DISAGG_LAYOUTS:
+        if system == point["system"] and (system, tp) in aic.AGG_LAYOUTS:
+            pure = decode_row(tp)
+            try:
+                agg, _ = raw_estimate({**point, "tp": tp, "osl": aic.OSL}, live=False)
+                mine, _ = raw_estimate({**point, "osl": aic.OSL}, live=False)
+            except PerfError:
+                return None
+            return None if pure is None else mine["tpot_ms"] * pure / agg["tpot_ms"]
+    return None
 
 
 def _tpot_at(point: dict[str, Any], batch: float) -> float:

@@ -326,7 +326,8 @@ def plot(stack: planner.StackPlan, path: str, title: str = "") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for flag, image in (("--plot", args.plot), ("--pareto", getattr(args, "pareto", None))):  # before any work
+    for flag, image in (("--plot", args.plot), ("--pareto", getattr(args, "pareto", None)),
+                        ("--cost-plot", getattr(args, "cost_plot", None))):  # before any work
         if image:
             check_plot_path(image, flag)
     try:
@@ -383,8 +384,14 @@ def run(args: argparse.Namespace) -> int:
             plan_perf.pareto_plot(stack, title, args.pareto, workload)
         if args.mocker_profile:
             plan_perf.write_mocker_profile(stack, workload, args.mocker_profile)
+        if args.cost_plot:
+            if est is None:
+                raise ValueError(f"--cost-plot: no performance figures for this stack ({perf_error})")
+            plan_perf.cost_plot(stack, est, title, args.cost_plot, workload, price)
+            print(f"kimi-k3 plan: wrote {args.cost_plot}", file=sys.stderr)
     except OSError as exc:
-        raise UserError(f"{args.pareto or args.mocker_profile}: cannot be written ({exc.strerror or exc})") from None
+        raise UserError(f"{args.pareto or args.mocker_profile or args.cost_plot}: cannot be written "
+                        f"({exc.strerror or exc})") from None
     except ValueError as e:  # perf.PerfError: a layout or workload the model cannot answer
         print(f"kimi-k3 plan: {e}", file=sys.stderr)
         return 2

@@ -41,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"{', '.join(perf.API_PRICE_KEYS)}")
     g.add_argument("--pareto", metavar="FILE.png", help="draw tokens/s per GPU against tokens/s per user for the "
                    "stack across context lengths, over every layout on its platform")
+    g.add_argument("--cost-plot", metavar="FILE.png", help="draw the stack's $ per million output tokens against "
+                   "load at each context length, with the API's price for the same requests (where they cross is "
+                   "the break-even load), on both cost bases")
     g.add_argument("--mocker-profile", metavar="FILE.npz", help="write the stack's calibrated timing as Dynamo "
                    "mocker profile data (dynamo.mocker --planner-profile-data FILE.npz)")
 
@@ -482,6 +485,54 @@ def pareto_plot(stack: planner.StackPlan, title: str, path: str, w: perf.Workloa
     ax.set_title(f"Kimi K3 {title}: {layout.describe()}, OSL {w.osl:,}\n"
                  "calibrated aiconfigurator estimates; points = 1, 4, 16, 64 requests per worker", fontsize="medium")
     fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def cost_plot(stack: planner.StackPlan, est: perf.Estimate, title: str, path: str, w: perf.Workload,
+              price: perf.ApiPrice) -> None:
+    """Per cost basis, one panel: self-hosted $/Mtok of output against requests/s (up to what the stack carries
+    at that context), and the API's bill for the same requests as a dashed line of the same colour."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bases = cost_bases(stack)
+    if not bases:
+        raise ValueError("--cost-plot: the stack has no price configured (kimi-k3:pricing)")
+    util = min(r.spec.gpu_memory_utilization for r in stack.roles)
+    fig, axes = plt.subplots(1, len(bases), figsize=(6.5 * len(bases), 5.6), squeeze=False)
+    cmap = plt.get_cmap("viridis")
+    for ax, (basis, per_hour) in zip(axes[0], bases.items()):
+        for i, isl in enumerate(aic.CONTEXTS):
+            e, _ = _at_context(est, isl, w, util)
+            if e is None:
+                continue
+            color = cmap(i / (len(aic.CONTEXTS) - 1))
+            label = f"{isl // 1024:,}k" if isl < 2**20 else "1M"
+            cap = e.requests_per_second_capacity
+            rates = [cap * 10 ** (k / 20) for k in range(-40, 1)]  # two decades below what it carries
+            mtok = [per_hour / 3600 / r / w.osl * 1e6 for r in rates]
+            ax.plot(rates, mtok, color=color, label=f"{label} context (carries up to {cap:.3g} req/s)")
+            ax.plot(rates[-1], mtok[-1], "o", color=color)
+            api_req = price.per_request(perf.Workload(isl, w.osl, cache_hit_rate=w.cache_hit_rate))
+            ax.axhline(api_req / w.osl * 1e6, color=color, linestyle="--", linewidth=1)
+            even = per_hour / 3600 / api_req
+            if even <= cap:  # the break-even load, where the curve meets the API's line
+                ax.plot(even, api_req / w.osl * 1e6, "X", color="red", markersize=9)
+        ax.plot([], [], "X", color="red", label="break-even (cheaper than the API to its right)")
+        ax.plot([], [], color="0.4", linestyle="--", label=f"API {price.model} for the same requests")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("load (requests/s)")
+        ax.set_ylabel("$ per million output tokens (input included)")
+        ax.set_title(f"{BASIS_LABELS[basis]}: ${per_hour:,.2f}/h", fontsize="medium")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="x-small", loc="lower left")
+    fig.suptitle(f"Kimi K3 {title}: {est.layout.describe()}, OSL {w.osl:,}, "
+                 f"{w.cache_hit_rate:.0%} of input cached; a solid line below its dashed line = cheaper than the API\n"
+                 f"API price: {price.source}, {price.as_of}", fontsize="medium")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
