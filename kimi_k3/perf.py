@@ -647,9 +647,15 @@ def estimate(layout: Layout, workload: Workload, *, gpu_memory_utilization: floa
     # flight complete at (closed loop).
     rate = workload.request_rate or cal["tokens_per_second"] * units / workload.osl
     servers = layout.prefill_replicas if layout.mode == "disagg" else layout.replicas
-    # A server's time per request: an aggregated worker's prefill (its TTFT), or a prefill worker's 1 / its
-    # request rate (aiconfigurator's disaggregated TTFT also counts the KV hand-off, which does not block it).
-    service = cal["ttft_ms"] if layout.mode == "agg" else 1000 / (cal[RATES[0]] * PREFILL_SCALE)
+    # A server's time per request: an aggregated worker's prefill of one request alone (its TTFT at batch 1;
+    # at batch b aiconfigurator's TTFT also holds the decode steps interleaved with it), or a prefill worker's
+    # 1 / its request rate (its disaggregated TTFT also counts the KV hand-off, which does not block it).
+    if layout.mode == "agg":
+        one = {**point, "batch": 1}
+        service = (_ttft_raw_with_hits(one, workload.cache_hit_rate) if workload.cache_hit_rate else
+                   raw_estimate(one, live=live)[0]["ttft_ms"]) * cal_params.ttft(1)
+    else:
+        service = 1000 / (cal[RATES[0]] * PREFILL_SCALE)
     wait, rho = queueing(rate, service, servers, None if workload.request_rate else concurrency)
     if not workload.request_rate:  # closed loop: Little's law, N = rate x (TTFT + OSL x TPOT), holds exactly
         residual = (concurrency / rate - (cal["ttft_ms"] + workload.osl * cal["tpot_ms"]) / 1000) * 1000

@@ -341,6 +341,8 @@ def run(args: argparse.Namespace) -> int:
         if args.stack:
             stack, title = _from_graph(args)
         elif args.gpu and args.tp:
+            if getattr(args, "speculation", None) == "dspark" and not args.spec_tokens:
+                args.spec_tokens = 7  # the vLLM launch post's DSpark recipe; the memory plan counts them too
             stack, title = _adhoc(args)
         else:
             raise ValueError("give a STACK, or --gpu and --tp for an ad hoc role")
