@@ -19,6 +19,9 @@ CASES = [
     ["--sla", "ttft_ms=20000,tpot_ms=100", "--isl", "32768", "--osl", "1024"],
     ["--sla", "ttft_ms=5000,tpot_ms=50", "--isl", "8192", "--osl", "1024", "--request-rate", "2"],
     ["--sla", "ttft_ms=120000,tpot_ms=200", "--isl", "262144", "--osl", "1024", "--request-rate", "0.5"],
+    # off the table's grid, with prefix-cache hits and the prefill queue sizing copies (issue 20 / 25)
+    ["--sla", "ttft_ms=3000,tpot_ms=50", "--isl", "131072", "--osl", "1000", "--cache-hit-rate", "0.92",
+     "--request-rate", "1"],
 ]
 
 

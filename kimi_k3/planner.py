@@ -264,9 +264,23 @@ class StackPlan:
             return None
         return self.cost_per_hour_usd / (self.output_tokens_per_second * 3600) * 1e6
 
+    @property
+    def used_usd_per_million_output_tokens(self) -> float | None:
+        """$/Mtok counting only the GPUs used (what `plan --sla` ranks by), not the whole block."""
+        if self.used_cost_per_hour_usd is None or not self.output_tokens_per_second:
+            return None
+        return self.used_cost_per_hour_usd / (self.output_tokens_per_second * 3600) * 1e6
+
+    @property
+    def cost_basis(self) -> str | None:
+        if self.pricing is None:
+            return None
+        return "capacity_block_billed_whole" if self.pricing.billed_instances else "gpus_used"
+
     def to_json(self) -> dict[str, Any]:
         cost = self.cost_per_hour_usd
         per_mtok = self.usd_per_million_output_tokens
+        used_mtok = self.used_usd_per_million_output_tokens
         return {
             "roles": {r.spec.name: {**r.plan.to_json(), "replicas": r.spec.replicas, "gpus": r.gpus,
                                     "nodes": r.nodes} for r in self.roles},
@@ -277,6 +291,8 @@ class StackPlan:
             "used_cost_per_hour_usd": None if cost is None else round(self.used_cost_per_hour_usd, 2),
             "output_tokens_per_second": self.output_tokens_per_second,
             "usd_per_million_output_tokens": None if per_mtok is None else round(per_mtok, 4),
+            "cost_basis": self.cost_basis,
+            "used_usd_per_million_output_tokens": None if used_mtok is None else round(used_mtok, 4),
             "pricing": None if self.pricing is None else {
                 "instance_hour_usd": self.pricing.instance_hour_usd,
                 "gpus_per_instance": self.pricing.gpus_per_instance,

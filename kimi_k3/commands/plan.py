@@ -239,8 +239,11 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
         *([("  billed as", f"one Capacity Block of {stack.pricing.billed_instances} instances; the stack's "
                            f"{stack.nodes} cost ${stack.used_cost_per_hour_usd:,.2f}")]
           if cost is not None and stack.pricing.billed_instances else []),
-        ("$ per million output tokens", f"${per_mtok:,.4f}" if per_mtok is not None else
-         ("no price configured" if cost is None else "give --output-tokens-per-second")),
+        ("$ per million output tokens", (f"${per_mtok:,.4f} (" + ("the Capacity Block billed whole"
+                                         if stack.pricing.billed_instances else "the GPUs used") + ")")
+         if per_mtok is not None else ("no price configured" if cost is None else "give --output-tokens-per-second")),
+        *([("  only the GPUs used", f"${stack.used_usd_per_million_output_tokens:,.4f} (what `plan --sla` counts)")]
+          if per_mtok is not None and stack.pricing.billed_instances else []),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join([f"Kimi K3 plan: {title}", *(f"{k.ljust(width)}  {v}" for k, v in rows)])
@@ -323,7 +326,8 @@ def plot(stack: planner.StackPlan, path: str, title: str = "") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for flag, image in (("--plot", args.plot), ("--pareto", getattr(args, "pareto", None))):  # before any work
+    for flag, image in (("--plot", args.plot), ("--pareto", getattr(args, "pareto", None)),
+                        ("--cost-plot", getattr(args, "cost_plot", None))):  # before any work
         if image:
             check_plot_path(image, flag)
     try:
@@ -337,21 +341,25 @@ def run(args: argparse.Namespace) -> int:
         if args.stack:
             stack, title = _from_graph(args)
         elif args.gpu and args.tp:
+            if getattr(args, "speculation", None) == "dspark" and not args.spec_tokens:
+                args.spec_tokens = 7  # the vLLM launch post's DSpark recipe; the memory plan counts them too
             stack, title = _adhoc(args)
         else:
             raise ValueError("give a STACK, or --gpu and --tp for an ad hoc role")
+        spec = plan_perf.speculation(args, args.stack, args.spec_tokens)
+        price = plan_perf.api_price(args)
     except (ValueError, KeyError, StackError) as e:
         print(f"kimi-k3 plan: {e}", file=sys.stderr)
         return 2
     rollout = _rollout(args.stack) if args.stack else None
-    est, perf_error = plan_perf.performance(stack, workload)
+    est, perf_error = plan_perf.performance(stack, workload, spec)
     if est is not None and args.output_tokens_per_second is None:  # $/Mtok from the calibrated model
         stack = replace(stack, output_tokens_per_second=round(est.stack_tokens_per_second(), 2))
     if args.json:
         out = stack.to_json()
         for name, keys in plan_perf.role_json(stack, est).items():
             out["roles"][name].update(keys)
-        out["performance"] = plan_perf.to_json(stack, est, perf_error, workload)
+        out["performance"] = plan_perf.to_json(stack, est, perf_error, workload, price)
         if rollout is not None:
             out["rollout"] = {"surge": rollout.surge, "graph_nodes": rollout.graph_nodes,
                               "surge_nodes": rollout.surge_nodes, "reservation_nodes": rollout.reservation_nodes,
@@ -362,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
         print(render_table(stack, title))
         rows = [row for r in stack.roles for row in [(f"[{r.spec.name}] performance", "")]
                 + plan_perf.role_rows(r.spec.name, est, perf_error)]
-        rows += plan_perf.stack_rows(stack, est, perf_error, workload)
+        rows += plan_perf.stack_rows(stack, est, perf_error, workload, price)
         width = max(len(k) for k, _ in rows)
         print("\n".join(f"{k.ljust(width)}  {v}".rstrip() for k, v in rows))
         if rollout is not None:
@@ -378,8 +386,14 @@ def run(args: argparse.Namespace) -> int:
             plan_perf.pareto_plot(stack, title, args.pareto, workload)
         if args.mocker_profile:
             plan_perf.write_mocker_profile(stack, workload, args.mocker_profile)
+        if args.cost_plot:
+            if est is None:
+                raise ValueError(f"--cost-plot: no performance figures for this stack ({perf_error})")
+            plan_perf.cost_plot(stack, est, title, args.cost_plot, workload, price)
+            print(f"kimi-k3 plan: wrote {args.cost_plot}", file=sys.stderr)
     except OSError as exc:
-        raise UserError(f"{args.pareto or args.mocker_profile}: cannot be written ({exc.strerror or exc})") from None
+        raise UserError(f"{args.pareto or args.mocker_profile or args.cost_plot}: cannot be written "
+                        f"({exc.strerror or exc})") from None
     except ValueError as e:  # perf.PerfError: a layout or workload the model cannot answer
         print(f"kimi-k3 plan: {e}", file=sys.stderr)
         return 2
