@@ -53,7 +53,7 @@ if parked:
     if storage_kind != "existing":
         kept = ModelStorage("kimi-k3-storage", ModelStorageArgs(
             cfg.storage, None, eks.vpc.id, cfg.cluster.vpc_cidr, eks.private_subnet_ids[aws.storage_zone(cfg)], [],
-            graph.namespace, manifests.NAMES["pvc"], "/" + cfg.model.repo, aws.pv_size_gi(cfg, cache_gi),
+            graph.namespace, manifests.NAMES["pvc"], "/" + manifests.model_dir_name(graph), aws.pv_size_gi(cfg, cache_gi),
             parked=True), provider=None)
         pulumi.export("filesystemId", kept.filesystem_id)
         if kept.bucket_name is not None:
@@ -75,7 +75,7 @@ else:
         storage = ModelStorage("kimi-k3-storage", ModelStorageArgs(
             cfg.storage, eks.cluster.name, eks.vpc.id, cfg.cluster.vpc_cidr,
             eks.private_subnet_ids[aws.storage_zone(cfg)], eks.system_subnet_ids,
-            graph.namespace, manifests.NAMES["pvc"], "/" + cfg.model.repo, aws.pv_size_gi(cfg, cache_gi),
+            graph.namespace, manifests.NAMES["pvc"], "/" + manifests.model_dir_name(graph), aws.pv_size_gi(cfg, cache_gi),
             wait_for=system_nodes, region=cfg.cluster.region, efs_mount_options=aws.efs_mount_options(cfg),
             hf_token=settings.require_secret("hfToken"), model_repo=cfg.model.repo, model_revision=cfg.model.revision,
             hub_version=cfg.model.hub_version, fetcher_subnet_id=eks.system_subnet_ids[0], egress_ready=eks.egress_ready,

@@ -489,23 +489,46 @@ def storage_zone(cfg: StackConfig) -> str:
 def fetcher_user_data(*, bucket: str, prefix: str, repo: str, revision: str, secret_arn: str, region: str,
                       index: int, count: int, hub_version: str) -> str:
     """Cloud-init script of one fetcher: Python 3.12 + huggingface_hub, the token from Secrets Manager (never in user
-    data), the fetch script, then power off (the instance terminates: shutdown behaviour `terminate`)."""
+    data), the fetch script, then power off (the instance terminates: shutdown behaviour `terminate`). An EXIT trap
+    powers off on every path, and on failure first writes the failing step and the log's tail to the bucket
+    (fetch_checkpoint.failure_key), which the verify Job reports at once instead of polling for hours."""
+    from .fetch_checkpoint import failure_key
     script = base64.b64encode(FETCH_SCRIPT.read_bytes()).decode()
+    failed = f"s3://{bucket}/{failure_key(prefix, index, count)}"
+    log = "/var/log/kimi-k3-fetch.log"
     return "\n".join([
         "#!/bin/bash",
         "set -euo pipefail",
-        "exec > >(tee /var/log/kimi-k3-fetch.log | logger -t kimi-k3-fetch) 2>&1",
+        f"export AWS_DEFAULT_REGION={region}",
+        # Every exit (a failed step under set -e, a signal, success) runs this; it cannot itself stop the power-off.
+        "step=boot",
+        "finish() {",
+        "  rc=$?",
+        "  trap - EXIT",
+        "  set +e",
+        "  if [ \"$rc\" -ne 0 ]; then",
+        f"    {{ echo \"fetcher {index + 1}/{count} failed (exit $rc) at: $step\"; tail -n 40 {log}; }} \\",
+        f"      | timeout 60 aws s3 cp --only-show-errors - {failed}",
+        "  fi",
+        "  shutdown -h now",
+        "}",
+        "trap finish EXIT",
+        "trap 'exit 143' TERM INT HUP",
+        f"exec > >(tee {log} | logger -t kimi-k3-fetch) 2>&1",
+        # A replaced fetcher clears its share's earlier failure, so the verify Job does not report a stale one.
+        f"step='clear the earlier failure'; aws s3 rm --only-show-errors {failed}",
         # Staging in memory: files in flight (fetch_checkpoint.PARALLEL_FILES shards) must fit; tmpfs defaults to half.
-        "mount -o remount,size=110G /dev/shm",
-        "dnf install -y -q python3.12 python3.12-pip",
-        f"python3.12 -m pip install -q 'huggingface_hub[hf_xet]=={hub_version}'",
+        "step='size /dev/shm'; mount -o remount,size=110G /dev/shm",
+        "step='install python'; dnf install -y -q python3.12 python3.12-pip",
+        f"step='install huggingface_hub'; python3.12 -m pip install -q 'huggingface_hub[hf_xet]=={hub_version}'",
         f"echo '{script}' | base64 -d > /opt/fetch_checkpoint.py",
-        f"export AWS_DEFAULT_REGION={region} MODEL_REPO={repo} MODEL_REVISION={revision} BUCKET={bucket} "
+        f"export MODEL_REPO={repo} MODEL_REVISION={revision} BUCKET={bucket} "
         f"PREFIX={prefix} FETCHER_INDEX={index} FETCHERS={count} STAGING=/dev/shm/kimi-k3 HF_XET_HIGH_PERFORMANCE=1",
+        "step='read the token from Secrets Manager'",
         f"HF_TOKEN=$(aws secretsmanager get-secret-value --secret-id {secret_arn} --query SecretString --output text)",
         "export HF_TOKEN",
-        "python3.12 /opt/fetch_checkpoint.py",
-        "shutdown -h now",
+        "step='fetch_checkpoint.py'; python3.12 /opt/fetch_checkpoint.py",
+        "exit 0",
         "",
     ])
 
@@ -525,6 +548,8 @@ def fetcher_policy(bucket_arn: str, secret_arn: str) -> str:
         {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn]},
         {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
          "Resource": [f"{bucket_arn}/*"]},
+        # Only its share's failure record (fetch_checkpoint.failure_key): never a weight file.
+        {"Effect": "Allow", "Action": ["s3:DeleteObject"], "Resource": [f"{bucket_arn}/*/.kimi-k3/failed-*"]},
         {"Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"], "Resource": [secret_arn]}]}, sort_keys=True)
 
 

@@ -289,7 +289,9 @@ class ModelConfig(Strict):
     """`kimi-k3:model`: which checkpoint, and where it lives in the cache."""
 
     repo: str = Field("moonshotai/Kimi-K3", pattern=allowed_as(r"^[\w.-]+/[\w.-]+$", "a Hugging Face repo id OWNER/NAME, e.g. moonshotai/Kimi-K3"))
-    revision: str = Field("main", description="Hugging Face revision; pin a commit sha for reproducible weights")
+    # A commit, never a branch or tag: `main` moves, and every fetcher, check and node copy must see the same bytes.
+    revision: Optional[str] = Field(None, pattern=allowed_as(r"^[0-9a-f]{40}$", "the 40-hex commit sha of the Hub repository (a branch or tag such as main moves), e.g. the sha `hf api` / the repo's commit history shows"),
+                                    description="Hugging Face commit sha (40 hex); required: the weights are pinned")
     served_model_name: str = Field("moonshotai/Kimi-K3", alias="servedModelName")
     cache_mount_path: str = Field("/model-cache", alias="cacheMountPath", pattern=allowed_as(r"^/[\w./-]*$", "an absolute path of letters, digits, '.', '_', '-', e.g. /model-cache"))
     download_image: str = Field("python:3.12.11-slim-bookworm", alias="downloadImage",
@@ -565,6 +567,10 @@ def format_validation_error(err: ValidationError, model: Any = None) -> str:
 def check_modes(cfg: StackConfig) -> None:
     """Cross-key rules: storage kind and add-on installs that the cluster mode can honour."""
     kind, mode = cfg.storage.resolved_kind, cfg.cluster.mode
+    if cfg.model.revision is None:
+        raise ConfigError(f"kimi-k3:model.revision: required but not set; allowed: the 40-hex commit sha of "
+                          f"{cfg.model.repo} to serve (a branch such as main moves, and fetchers, checks and node copies "
+                          f"would each see other bytes); e.g. pulumi config set --path kimi-k3:model.revision <sha>")
     if kind == "existing" and not cfg.storage.storage_class:
         raise ConfigError("kimi-k3:storage.storageClass: required when kimi-k3:storage.kind is existing; "
                           "allowed: the name of a ReadWriteMany StorageClass")

@@ -165,7 +165,11 @@ def download_job(graph: ServingGraph, download_image: str, hub_version: str, fet
              ("HF_XET_HIGH_PERFORMANCE", "1"),          # hf_xet's parallel fast-transfer mode
              ("PYTHONPATH", TOOLS_DIR)]
     if wait_seconds:
-        pairs += [("VERIFY_WAIT_SECONDS", str(wait_seconds)), ("VERIFY_WRITE_MARKER", "0")]
+        # The fetchers' manifests and failure records, polled on the read-only mount (kimi_k3/verify_checkpoint.py).
+        pairs += [("VERIFY_MODE", "manifest"), ("VERIFY_WAIT_SECONDS", str(wait_seconds)),
+                  ("VERIFY_WRITE_MARKER", "0")]
+    else:
+        pairs += [("VERIFY_MODE", "hash")]         # hashes every file, writes the manifest the node-local copy reads
     env = _env(pairs)
     env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": n["secret"], "key": "HF_TOKEN"}}})
     hardened = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
@@ -598,7 +602,9 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
                 ("MODEL_REPO", model_dir_name(graph)), ("MODEL_REVISION", graph.model_revision),
                 ("PEERS_DNS", f"{n['peers']}.{graph.namespace}.svc.cluster.local"),
                 ("EXPECTED_PEERS", str(graph.nodes)), ("PORT", str(PREFETCH_PORT)), ("THREADS", "16"),
-                ("PEER_WAIT_SECONDS", "600"), ("FS_PATH", node_local_fs_path()), ("PYTHONUNBUFFERED", "1")])
+                # Bounds of every wait on a peer (kimi_k3/weights_prefetch.py): past them a file comes from the bucket.
+                ("PEER_JOIN_SECONDS", "60"), ("PEER_WAIT_SECONDS", "1800"), ("STALL_SECONDS", "120"),
+                ("FS_PATH", node_local_fs_path()), ("PYTHONUNBUFFERED", "1")])
     env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     container = {
         "name": "prefetch", "image": image, "command": ["python3", f"/scripts/{PREFETCH_SCRIPT.name}"], "env": env,

@@ -19,6 +19,9 @@ USER_SECRETS = ("kimi-k3:hfToken",)
 RESERVATION_PLACEHOLDER = "cr-00000000000000000"
 # The networks allowed to reach the EKS API endpoint are per user too (TEST-NET-3, RFC 5737: routes nowhere).
 PUBLIC_CIDR_PLACEHOLDER = "203.0.113.0/24"
+# No commit of the model is known to this repository: offline tools assume git's null object id where a stack file
+# pins none, `pulumi up` refuses the stack until it does (config.check_modes), and the fetchers refuse this value.
+REVISION_PLACEHOLDER = "0" * 40
 
 
 class StackError(UserError):
@@ -97,6 +100,13 @@ def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
         cluster["publicAccessCidrs"] = [PUBLIC_CIDR_PLACEHOLDER]
         config["kimi-k3:cluster"] = json.dumps(cluster)
         assumed.append(f"kimi-k3:cluster.publicAccessCidrs = [{PUBLIC_CIDR_PLACEHOLDER}]")
+    try:
+        model = json.loads(config.get("kimi-k3:model", "{}"))
+    except json.JSONDecodeError:
+        model = None  # not a mapping: the configuration check reports it
+    if isinstance(model, dict) and "revision" not in model:
+        config["kimi-k3:model"] = json.dumps({**model, "revision": REVISION_PLACEHOLDER})
+        assumed.append(f"kimi-k3:model.revision = {REVISION_PLACEHOLDER} (no commit pinned: `pulumi up` refuses)")
     return StackFile(config, secrets, assumed)
 
 

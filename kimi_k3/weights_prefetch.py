@@ -1,30 +1,45 @@
-"""Copy the verified checkpoint onto this GPU node's instance-store NVMe, each byte crossing the Local Zone link once.
+"""Copy the verified checkpoint onto this GPU node's instance-store NVMe, each byte crossing the Local Zone link about
+once, and never waiting on another node for longer than a bound.
 
 Runs in the weights-prefetch DaemonSet (one pod per GPU node, stdlib only, mounted from a ConfigMap) once the
-download Job has verified the checkpoint in the stack's bucket. The N pods of a stack split the files: file i is
-read from the bucket (Mountpoint, across the Local Zone link) by peer i mod N only, and every other peer copies it
-from that peer over the zone's own network (HTTP on the pod network). So the link carries the checkpoint once, not
-once per node or per replica, and every node ends with the whole checkpoint: whichever node a worker pod lands on,
-and whichever rank it holds (vLLM's fastsafetensors loader gives rank r file r of every group of WORLD-size files,
-and Grove, not the node, decides a pod's node rank), its share is local. A re-deploy on the same nodes reads it
-again without touching the link.
+download Job has verified the checkpoint in the stack's bucket. What a file *is* comes from the checkpoint's
+manifest (CHECKPOINT/.kimi-k3/manifest-<i>-of-<n>.json: size and sha256 per file, written by whoever verified the
+bytes against the Hub: the S3 fetchers, or the download Job's verify step), never from a size alone.
+
+Correct by construction (docs/aws.md "Node-local weights: the peer copy"):
+- Every node may always read any file from the bucket (SOURCE, the Mountpoint mount). Peers only save link traffic.
+- A peer serves a file only by its content hash (GET /sha256/<hex>) and only once it has hashed its own copy and
+  found the manifest's sha256; the receiver hashes again. So no revision, name or size can be confused: an
+  old-revision peer serves a shard only if it is byte-identical, a renamed shard is found by its content.
+- A pod still listing its peers (at most PEER_JOIN_SECONDS) answers 202 for every file of the manifest, so
+  peers that started a little earlier wait for it (within STALL_SECONDS) instead of reading its files too.
+- Each file has a preferred reader (rendezvous hash of its name over the peers this pod listed): it reads the file
+  from the bucket, own files first, and the others ask it. An asked peer answers 200 (verified copy), 202 (it is
+  reading that file from the bucket itself: it waits on no one for it) or 404 (anything else). A pod waits only on
+  a 202, and only while that peer's bucket reads progress (STALL_SECONDS) and for at most PEER_WAIT_SECONDS per file;
+  every other answer, a refused or dropped connection, a timeout or a wrong hash sends it to the bucket at once.
+  Waits therefore form no cycle (a 202 never depends on another peer), and pods that listed different peers (late
+  joins, autoscaling, a rolling update) only read some files from the bucket twice: nothing hangs, nothing mixes.
 
 Layout: LOCAL_ROOT/<revision>/<repo>/... mirrors SOURCE (= <remote mount>/<repo>). Before anything is copied every
 file is a symlink to its SOURCE path, so the tree is complete at once (workers mount the bucket at the same remote
-path and can read through it); each copy is written beside it, checked against the bucket's size and renamed over
-the link. Other revisions' directories under LOCAL_ROOT are removed (they are copies). The pod turns Ready
-(READY_MARKER) when every file is local, or when the disk cannot hold them (then workers read through the links, and
-the log says so). A peer that cannot be reached for PEER_WAIT_SECONDS is replaced by reading the bucket directly.
+path and can read through it); each copy is written beside it, hashed, checked against the manifest and renamed over
+the link, and recorded in LOCAL_ROOT/<revision>/VERIFIED (a restarted pod keeps what it verified). Other revisions'
+directories under LOCAL_ROOT are removed (they are copies). The pod turns Ready (READY_MARKER) when every file is a
+verified local copy, or when the disk cannot hold them (then workers read through the links, and the log says so).
 
-Environment: SOURCE, LOCAL_ROOT, MODEL_REPO, MODEL_REVISION, POD_IP, PEERS_DNS (headless Service), EXPECTED_PEERS,
-PORT, THREADS, PEER_WAIT_SECONDS, FS_PATH (where LOCAL_ROOT must sit within its filesystem: on the instance-store
-array mounted at /mnt/k8s-disks/0 that is /kimi-k3-weights; anywhere else, e.g. on the root volume when nodeadm made
-no array, nothing is copied).
+Environment: SOURCE, LOCAL_ROOT, MODEL_REPO, MODEL_REVISION, POD_IP, PEERS_DNS (headless Service; names separated by
+commas are all resolved), EXPECTED_PEERS (how many to wait for, at most PEER_JOIN_SECONDS), PORT, THREADS,
+PEER_WAIT_SECONDS, STALL_SECONDS, PEER_TIMEOUT_SECONDS, FS_PATH (where LOCAL_ROOT must sit within its filesystem: on
+the instance-store array mounted at /mnt/k8s-disks/0 that is /kimi-k3-weights; anywhere else, e.g. on the root volume
+when nodeadm made no array, nothing is copied).
 """
 from __future__ import annotations
 
+import hashlib
 import http.client
 import http.server
+import json
 import os
 import re
 import shutil
@@ -32,45 +47,118 @@ import socket
 import sys
 import threading
 import time
-import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 READY_MARKER = ".kimi-k3-node-local-complete"   # in LOCAL_ROOT/<revision>, beside (not inside) the repo directory
+VERIFIED = ".kimi-k3-verified.json"             # in LOCAL_ROOT/<revision>: rel -> sha256 of each verified local copy
+MANIFEST_DIR = ".kimi-k3"                        # in the checkpoint directory: manifest-<i>-of-<n>.json, failed-*
 CHUNK = 16 << 20
 SPACE_MARGIN = 1.02                             # keep 2% of the filesystem's free space beyond the checkpoint
 MAX_SERVING = 32                                # concurrent transfers a peer serves (32 x 16 MiB buffers)
 SOCKET_TIMEOUT = 60                             # seconds a peer connection may stall, both sides
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+MANIFEST_NAME = re.compile(r"^manifest-(\d+)-of-(\d+)\.json$")
 
 
-def source_files(source: Path) -> dict[str, int]:
-    """Relative path -> size of every file of the checkpoint (hf download's `.cache` metadata excluded)."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(source):
-        dirnames[:] = sorted(d for d in dirnames if d != ".cache")
-        for name in filenames:
-            p = Path(dirpath, name)
-            out[p.relative_to(source).as_posix()] = p.stat().st_size
+class ManifestError(Exception):
+    """The checkpoint's manifest is missing, incomplete or not of this revision."""
+
+
+def read_manifest(checkpoint: Path, revision: str) -> dict[str, tuple[int, str]]:
+    """rel -> (size, sha256) of every file of the checkpoint: the union of its share manifests, all of one revision,
+    every share present, every hash a sha256. (verify_checkpoint.read_manifest reads the same files: same rules.)"""
+    where = checkpoint / MANIFEST_DIR
+    groups: dict[int, dict[int, dict]] = {}
+    for p in sorted(where.glob("manifest-*-of-*.json")) if where.is_dir() else []:
+        m = MANIFEST_NAME.match(p.name)
+        if not m:
+            continue
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as err:
+            raise ManifestError(f"{p}: not readable JSON ({err})") from None
+        if doc.get("revision") != revision:
+            raise ManifestError(f"{p}: revision {doc.get('revision')!r}, expected {revision!r}")
+        groups.setdefault(int(m.group(2)), {})[int(m.group(1))] = doc
+    complete = sorted(n for n, shares in groups.items() if set(shares) == set(range(n)))
+    if not complete:
+        raise ManifestError(f"no complete set of manifest-<i>-of-<n>.json under {where} "
+                            f"(have {({n: sorted(s) for n, s in groups.items()}) or 'none'})")
+    n, shares = complete[0], groups[complete[0]]
+    out: dict[str, tuple[int, str]] = {}
+    for i, doc in sorted(shares.items()):
+        for rel, f in sorted(doc.get("files", {}).items()):
+            size, digest = f.get("size"), f.get("sha256")
+            if not isinstance(size, int) or not isinstance(digest, str) or not SHA256.match(digest) \
+                    or rel.startswith("/") or ".." in rel.split("/"):
+                raise ManifestError(f"{where}/manifest-{i}-of-{n}.json: {rel!r}: needs a size and a sha256")
+            if out.setdefault(rel, (size, digest)) != (size, digest):
+                raise ManifestError(f"{where}: {rel} listed twice with different content")
     return dict(sorted(out.items()))
 
 
-def owner(index: int, peers: list[str]) -> str:
-    """The peer that reads file number `index` (in sorted order) from the bucket."""
-    return peers[index % len(peers)]
+def owner(rel: str, peers: list[str]) -> str:
+    """The peer that prefers to read `rel` from the bucket (rendezvous hashing: views that differ by one peer move
+    only that peer's files)."""
+    return max(peers, key=lambda p: hashlib.sha256(f"{p}\0{rel}".encode()).digest())
 
 
-def is_local(path: Path, size: int) -> bool:
-    return path.is_file() and not path.is_symlink() and path.stat().st_size == size
+class Local:
+    """This node's verified copies (rel -> sha256, persisted), and what it is reading from the bucket itself."""
+
+    def __init__(self, state: Path, dest: Path, files: dict[str, tuple[int, str]]):
+        self.state, self.dest, self.files = state, dest, files
+        self.lock = threading.Lock()
+        try:
+            recorded = json.loads(state.read_text())
+        except (OSError, ValueError):
+            recorded = {}
+        self.verified = {rel for rel, digest in recorded.items()
+                         if rel in files and files[rel][1] == digest and self._intact(rel)}
+        self.bucket_queue: set[str] = set()     # sha256 of files this node reads from the bucket itself
+        self.joining = True                     # still listing its peers: it does not know its own files yet
+        self.digests = {digest for _, digest in files.values()}
+        self.bucket_bytes = 0                   # bytes read from the bucket so far (the progress peers watch)
+
+    def _intact(self, rel: str) -> bool:
+        path = self.dest / rel
+        return path.is_file() and not path.is_symlink() and path.stat().st_size == self.files[rel][0]
+
+    def is_verified(self, rel: str) -> bool:
+        with self.lock:
+            return rel in self.verified and self._intact(rel)
+
+    def mark(self, rel: str) -> None:
+        with self.lock:
+            self.verified.add(rel)
+            tmp = self.state.with_name(self.state.name + ".tmp")
+            tmp.write_text(json.dumps({r: self.files[r][1] for r in sorted(self.verified)}))
+            os.replace(tmp, self.state)
+
+    def lookup(self, digest: str) -> tuple[str, Path | int | None]:
+        """('have', path) | ('reading', bucket bytes so far) | ('absent', None) for a content hash."""
+        with self.lock:
+            for rel in self.verified:
+                if self.files[rel][1] == digest and self._intact(rel):
+                    return "have", self.dest / rel
+            if digest in self.bucket_queue or (self.joining and digest in self.digests):
+                return "reading", self.bucket_bytes  # joining: askers wait at most their stall bound for it
+        return "absent", None
+
+    def read_from_bucket(self, n: int) -> None:
+        with self.lock:
+            self.bucket_bytes += n
 
 
-def prepare_tree(source: Path, dest: Path, files: dict[str, int]) -> int:
+def prepare_tree(source: Path, dest: Path, files: dict[str, tuple[int, str]], local: Local) -> int:
     """Every file present: a verified local copy, else a symlink to its source. Returns bytes still to copy."""
     missing = 0
-    for rel, size in files.items():
+    for rel, (size, _) in files.items():
         path = dest / rel
-        if is_local(path, size):
+        if local.is_verified(rel):
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         target = source / rel
@@ -92,37 +180,53 @@ def remove_other_revisions(root: Path, revision: str) -> list[str]:
     return removed
 
 
-def _finish(part: Path, path: Path, size: int) -> None:
-    got = part.stat().st_size
-    if got != size:
-        part.unlink(missing_ok=True)
-        raise OSError(f"{path.name}: copied {got} bytes, the bucket holds {size}")
-    os.replace(part, path)                       # over the symlink: readers that opened it keep the old file
-
-
-def copy_from_source(source: Path, path: Path, rel: str, size: int) -> None:
+def _write_verified(read: Callable[[int], bytes], path: Path, rel: str, size: int, digest: str,
+                    progress: Callable[[int], None] | None = None) -> None:
+    """Stream into <file>.part, hashing; rename over the link only if size and sha256 are the manifest's."""
     part = path.with_name(path.name + ".part")
-    with open(source / rel, "rb") as src, open(part, "wb") as out:
-        shutil.copyfileobj(src, out, CHUNK)
-    _finish(part, path, size)
+    h, got = hashlib.sha256(), 0
+    try:
+        with open(part, "wb") as out:
+            while chunk := read(CHUNK):
+                h.update(chunk)
+                out.write(chunk)
+                got += len(chunk)
+                if progress:
+                    progress(len(chunk))
+        if got != size or h.hexdigest() != digest:
+            raise OSError(f"{rel}: got {got} bytes with sha256 {h.hexdigest()[:12]}..., the manifest says {size} "
+                          f"bytes, {digest[:12]}...")
+        os.replace(part, path)                   # over the symlink: readers that opened it keep the old file
+    finally:
+        part.unlink(missing_ok=True)
 
 
-def copy_from_peer(peer: str, port: int, path: Path, rel: str, size: int, timeout: float | None = None) -> bool:
-    """True when the peer served the complete file; False while it does not have it yet (404) or is busy (503)."""
+def copy_from_source(source: Path, path: Path, rel: str, size: int, digest: str,
+                     progress: Callable[[int], None] | None = None) -> None:
+    with open(source / rel, "rb") as src:
+        _write_verified(src.read, path, rel, size, digest, progress)
+
+
+def ask_peer(peer: str, port: int, path: Path, rel: str, size: int, digest: str,
+             timeout: float | None = None) -> tuple[str, int | None]:
+    """('copied', None) when the peer served the file and it hashed right; ('reading', its bucket progress) while the
+    peer reads that file from the bucket itself; ('busy', None) when it serves too many; ('absent', None) otherwise.
+    OSError for an unreachable peer, a dropped transfer or wrong bytes."""
     conn = http.client.HTTPConnection(peer, port, timeout=SOCKET_TIMEOUT if timeout is None else timeout)
     try:
-        conn.request("GET", "/" + urllib.parse.quote(rel))
+        conn.request("GET", f"/sha256/{digest}")
         resp = conn.getresponse()
-        if resp.status in (404, 503):
-            resp.read()
-            return False
-        if resp.status != 200:
-            raise OSError(f"{peer}: HTTP {resp.status} for {rel}")
-        part = path.with_name(path.name + ".part")
-        with open(part, "wb") as out:
-            shutil.copyfileobj(resp, out, CHUNK)
-        _finish(part, path, size)
-        return True
+        if resp.status == 200:
+            _write_verified(resp.read, path, rel, size, digest)
+            return "copied", None
+        body = resp.read()
+        if resp.status == 202:
+            return "reading", int(json.loads(body)["bucket_bytes"])
+        if resp.status == 503:
+            return "busy", None
+        return "absent", None
+    except (ValueError, KeyError, http.client.HTTPException) as err:
+        raise OSError(f"{peer}: {err!r}") from None
     finally:
         conn.close()
 
@@ -149,30 +253,40 @@ def filesystem_path(mountinfo: str, path: str) -> tuple[str, str]:
     return (root.rstrip("/") + rest) or "/", source
 
 
-def serve(dest: Path, files: dict[str, int], host: str, port: int) -> http.server.ThreadingHTTPServer:
-    """Serve this node's complete local copies (never links, partial files or anything outside the checkpoint).
-    Bounded: at most MAX_SERVING transfers at once (each holds one CHUNK buffer; more get 503, which a peer treats
-    like 404 and asks again), and a client that stalls for SOCKET_TIMEOUT seconds is dropped."""
+def serve(local: Local, host: str, port: int) -> http.server.ThreadingHTTPServer:
+    """Serve this node's verified copies by content hash (never links, partial files or anything else).
+    Bounded: at most MAX_SERVING transfers at once (each holds one CHUNK buffer; more get 503), and a client that
+    stalls for SOCKET_TIMEOUT seconds is dropped."""
     slots = threading.BoundedSemaphore(MAX_SERVING) if MAX_SERVING else None
 
     class Handler(http.server.BaseHTTPRequestHandler):
         timeout = SOCKET_TIMEOUT                 # StreamRequestHandler: applied to the connection's socket
 
+        def _json(self, status: int, doc: dict) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def do_GET(self):  # noqa: N802 - the http.server API
-            rel = urllib.parse.unquote(self.path.lstrip("/"))
-            size = files.get(rel)
-            path = dest / rel
-            if size is None or not is_local(path, size):
+            digest = self.path.removeprefix("/sha256/")
+            state, what = local.lookup(digest) if SHA256.match(digest) else ("absent", None)
+            if state == "reading":
+                self._json(202, {"bucket_bytes": what})
+                return
+            if state != "have":
                 self.send_error(404)
                 return
             if slots is None or not slots.acquire(blocking=False):
                 self.send_error(503)
                 return
             try:
-                self.send_response(200)
-                self.send_header("Content-Length", str(size))
-                self.end_headers()
-                with open(path, "rb") as f:
+                with open(what, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(size))
+                    self.end_headers()
                     shutil.copyfileobj(f, self.wfile, CHUNK)
             finally:
                 slots.release()
@@ -190,70 +304,130 @@ def serve(dest: Path, files: dict[str, int], host: str, port: int) -> http.serve
 class Result:
     from_source: int = 0
     from_peers: int = 0
-    fallbacks: list[str] = field(default_factory=list)
+    fallbacks: dict[str, str] = field(default_factory=dict)   # rel -> why a peer did not serve it
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, what: str, n: int, rel: str = "") -> None:
+    def add(self, what: str, n: int, rel: str = "", why: str = "") -> None:
         with self.lock:
             if what == "peer":
                 self.from_peers += n
             else:
                 self.from_source += n
                 if what == "fallback":
-                    self.fallbacks.append(rel)
+                    self.fallbacks[rel] = why
 
 
-def fetch_all(source: Path, dest: Path, files: dict[str, int], me: str, peers: list[str], port: int,
-              threads: int = 8, peer_wait_seconds: float = 600, poll_seconds: float = 2,
-              clock: Callable[[], float] = time.monotonic) -> Result:
-    """Make every file local: this peer's own files from the source, the others from their owners. An owner that
-    answers "not yet" (404) is waited for: it is copying; one that cannot be reached for peer_wait_seconds is
-    replaced by the source (reading its files here too would multiply the link's load, so only then). Own files go
-    first, so peers get them early."""
-    result = Result()
-    names = list(files)
-    todo = [(i, rel) for i, rel in enumerate(names) if not is_local(dest / rel, files[rel])]
-    mine = [(i, rel) for i, rel in todo if owner(i, peers) == me]
-    theirs = [(i, rel) for i, rel in todo if owner(i, peers) != me]
+class Health:
+    """Peers that refused connections or timed out for stall_seconds: asked no more (shared by a pod's threads)."""
+
+    def __init__(self, stall_seconds: float, clock: Callable[[], float] = time.monotonic):
+        self.stall, self.clock, self.since, self.lock = stall_seconds, clock, {}, threading.Lock()
+
+    def failed(self, peer: str) -> bool:
+        """Record a failure; True once the peer has failed for stall_seconds (or is already written off)."""
+        with self.lock:
+            first = self.since.setdefault(peer, self.clock())
+            return self.clock() - first >= self.stall
+
+    def ok(self, peer: str) -> None:
+        with self.lock:
+            self.since.pop(peer, None)
+
+    def down(self, peer: str) -> bool:
+        with self.lock:
+            return peer in self.since and self.clock() - self.since[peer] >= self.stall
+
+
+def from_peer(peer: str, port: int, path: Path, rel: str, size: int, digest: str, peer_wait_seconds: float,
+              stall_seconds: float, poll_seconds: float, timeout: float | None, health: Health | None = None,
+              clock: Callable[[], float] = time.monotonic) -> str:
+    """'' when the peer served the verified file, else why the bucket must: bounded by peer_wait_seconds in all, and
+    by stall_seconds without the peer's bucket reads moving on. A refused connection (the pod listed, its server not
+    up yet) is retried within stall_seconds; a peer refused or timed out that long is asked no more."""
+    health = health or Health(stall_seconds, clock)
     started = clock()
-
-    def one(item: tuple[int, str]) -> None:
-        i, rel = item
-        path, size = dest / rel, files[rel]
-        src = owner(i, peers)
-        answered = started
-        while src != me:
-            try:
-                if copy_from_peer(src, port, path, rel, size):
-                    result.add("peer", size)
-                    return
-                answered = clock()                 # alive, still copying its own files
-            except OSError as err:
-                if clock() - answered >= peer_wait_seconds:
-                    print(f"peer {src} unreachable for {peer_wait_seconds:g} s ({err}): {rel} from the bucket",
-                          flush=True)
-                    break
+    seen, moved = None, started
+    while True:
+        if health.down(peer):
+            return f"peer {peer} unreachable for {stall_seconds:g} s"
+        try:
+            state, progress = ask_peer(peer, port, path, rel, size, digest, timeout)
+        except (ConnectionRefusedError, socket.timeout, TimeoutError) as err:
+            if health.failed(peer):
+                return f"peer {peer} unreachable for {stall_seconds:g} s ({err})"
             time.sleep(poll_seconds)
-        copy_from_source(source, path, rel, size)
-        result.add("source" if src == me else "fallback", size, rel)
+            continue
+        except OSError as err:
+            return f"peer {peer}: {err}"
+        health.ok(peer)
+        if state == "copied":
+            return ""
+        if state == "absent":
+            return f"peer {peer} neither has nor reads it"
+        now = clock()
+        if progress is not None and progress != seen:
+            seen, moved = progress, now
+        if now - moved >= stall_seconds:
+            return f"peer {peer} made no progress for {stall_seconds:g} s ({state})"
+        if now - started >= peer_wait_seconds:
+            return f"peer {peer} not done after {peer_wait_seconds:g} s"
+        time.sleep(poll_seconds)
 
-    with ThreadPoolExecutor(max_workers=threads) as pool:
+
+def fetch_all(source: Path, dest: Path, local: Local, me: str, peers: list[str], port: int, threads: int = 8,
+              peer_wait_seconds: float = 1800, stall_seconds: float = 120, poll_seconds: float = 2,
+              timeout: float | None = None) -> Result:
+    """Make every file a verified local copy: this node's preferred files from the bucket (first, so peers get them
+    early), the others from their preferred reader if it serves them within the bounds, else from the bucket."""
+    result = Result()
+    files = local.files
+    todo = [rel for rel in files if not local.is_verified(rel)]
+    mine = [rel for rel in todo if owner(rel, peers) == me]
+    theirs = [rel for rel in todo if owner(rel, peers) != me]
+    with local.lock:
+        local.bucket_queue |= {files[rel][1] for rel in mine}
+        local.joining = False
+    health = Health(stall_seconds)
+
+    def one(rel: str) -> None:
+        size, digest = files[rel]
+        path, src = dest / rel, owner(rel, peers)
+        why = ""
+        if src != me:
+            why = from_peer(src, port, path, rel, size, digest, peer_wait_seconds, stall_seconds, poll_seconds,
+                            timeout, health)
+            if not why:
+                local.mark(rel)
+                result.add("peer", size)
+                return
+            print(f"{rel} from the bucket: {why}", flush=True)
+        try:
+            copy_from_source(source, path, rel, size, digest, local.read_from_bucket)
+        finally:
+            with local.lock:
+                local.bucket_queue.discard(digest)
+        local.mark(rel)
+        result.add("fallback" if why else "source", size, rel, why)
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:   # FIFO: every own file starts before any wait
         list(pool.map(one, mine + theirs))
     return result
 
 
-def resolve_peers(dns_name: str, me: str, expected: int, wait_seconds: float) -> list[str]:
-    """The pod IPs behind the headless Service (published before they are Ready), once `expected` are listed."""
+def resolve_peers(dns_names: str, me: str, expected: int, wait_seconds: float) -> list[str]:
+    """The pod IPs behind the headless Service (published before they are Ready), once `expected` are listed or
+    after wait_seconds: who is listed only decides who prefers which file, never whether the copy completes."""
     deadline = time.monotonic() + wait_seconds
     while True:
-        try:
-            ips = {a[4][0] for a in socket.getaddrinfo(dns_name, None, socket.AF_INET, socket.SOCK_STREAM)}
-        except socket.gaierror:
-            ips = set()
-        ips.add(me)
+        ips = {me}
+        for name in filter(None, (n.strip() for n in dns_names.split(","))):
+            try:
+                ips |= {a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)}
+            except socket.gaierror:
+                pass
         if len(ips) >= expected or time.monotonic() > deadline:
             return sorted(ips, key=lambda ip: tuple(int(p) for p in ip.split(".")))
-        time.sleep(5)
+        time.sleep(2)
 
 
 def main() -> int:
@@ -265,16 +439,19 @@ def main() -> int:
     port = int(env.get("PORT", "8080"))
     me = env["POD_IP"]
     t0 = time.monotonic()
-    files = source_files(source)
-    if not files:
-        print(f"no checkpoint under {source}", file=sys.stderr)
+    try:
+        files = read_manifest(source, revision)
+    except ManifestError as err:
+        print(f"cannot copy the checkpoint: {err} (the download Job verifies it first; is it done?)", file=sys.stderr)
         return 1
     for old in remove_other_revisions(root, revision):
         print(f"removed the node-local copy of revision {old}", flush=True)
     marker = root / revision / READY_MARKER
     marker.unlink(missing_ok=True)
-    missing = prepare_tree(source, dest, files)
-    total = sum(files.values())
+    dest.mkdir(parents=True, exist_ok=True)
+    local = Local(root / revision / VERIFIED, dest, files)
+    missing = prepare_tree(source, dest, files, local)
+    total = sum(size for size, _ in files.values())
     free = shutil.disk_usage(dest).free
     where, device = filesystem_path(Path("/proc/self/mountinfo").read_text(), str(root))
     wanted = env.get("FS_PATH")
@@ -287,21 +464,24 @@ def main() -> int:
         marker.write_text("links\n")
         while True:
             time.sleep(3600)
-    serve(dest, files, me, port)                  # the pod IP only: peers reach it there, nothing else listens
+    serve(local, me, port)                        # the pod IP only: peers reach it there, nothing else listens
+    wait = float(env.get("PEER_WAIT_SECONDS", "1800"))
     peers = resolve_peers(env["PEERS_DNS"], me, int(env.get("EXPECTED_PEERS", "1")),
-                          float(env.get("PEER_WAIT_SECONDS", "600")))
-    print(f"{len(files)} files, {total / 1e9:.0f} GB ({missing / 1e9:.0f} GB to copy); peers {peers}", flush=True)
-    res = fetch_all(source, dest, files, me, peers, port, int(env.get("THREADS", "8")),
-                    float(env.get("PEER_WAIT_SECONDS", "600")))
-    left = [rel for rel, size in files.items() if not is_local(dest / rel, size)]
+                          float(env.get("PEER_JOIN_SECONDS", "60")))
+    print(f"{len(files)} files, {total / 1e9:.0f} GB ({missing / 1e9:.0f} GB to copy) of revision {revision}; "
+          f"peers {peers}", flush=True)
+    timeout = float(env["PEER_TIMEOUT_SECONDS"]) if env.get("PEER_TIMEOUT_SECONDS") else None
+    res = fetch_all(source, dest, local, me, peers, port, int(env.get("THREADS", "8")), wait,
+                    float(env.get("STALL_SECONDS", "120")), float(env.get("POLL_SECONDS", "2")), timeout)
+    left = [rel for rel in files if not local.is_verified(rel)]
     if left:
         print(f"not local after the copy: {left[:5]}", file=sys.stderr)
         return 1
     marker.write_text("local\n")
-    print(f"node-local copy complete in {time.monotonic() - t0:.0f} s: {res.from_source / 1e9:.0f} GB from the "
-          f"bucket, {res.from_peers / 1e9:.0f} GB from peers"
-          + (f"; read from the bucket because a peer did not serve them: {res.fallbacks}" if res.fallbacks else ""),
-          flush=True)
+    print(f"node-local copy complete in {time.monotonic() - t0:.0f} s: {res.from_source / 1e9:.0f} GB "
+          f"({res.from_source} bytes) from the bucket, {res.from_peers / 1e9:.0f} GB ({res.from_peers} bytes) from peers"
+          + (f"; {len(res.fallbacks)} files from the bucket because a peer did not serve them" if res.fallbacks
+             else ""), flush=True)
     while True:                                   # keep serving peers that are still copying
         time.sleep(3600)
 

@@ -28,7 +28,13 @@ def _free_port() -> int:
 PORT = _free_port()
 
 
+REV = "abc0" * 10
+
+
 def _source(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """The bucket's directory of one revision as the fetchers leave it: the files and their manifest."""
+    import hashlib
+    import json
     src = tmp_path / "bucket" / "moonshotai" / "Kimi-K3"
     data = {f"model-{i:05d}-of-00010.safetensors": os.urandom(1000 + 37 * i) for i in range(10)}
     data |= {"config.json": b'{"a": 1}', "model.safetensors.index.json": b"{}", "sub/tokenizer.model": b"tok" * 50}
@@ -37,130 +43,124 @@ def _source(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
         (src / rel).write_bytes(blob)
     (src / ".cache" / "huggingface").mkdir(parents=True)
     (src / ".cache" / "huggingface" / "x.lock").write_bytes(b"hf download metadata, not the checkpoint")
+    (src / wp.MANIFEST_DIR).mkdir()
+    (src / wp.MANIFEST_DIR / "manifest-0-of-1.json").write_text(json.dumps({"revision": REV, "files": {
+        rel: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for rel, b in data.items()}}))
     return src, data
 
 
-def _run_peers(tmp_path, src, files, peers, alive, wait=30.0):
-    """Run fetch_all for each live peer at once, each serving its own dest; return {ip: (dest, Result)}."""
-    out, servers, threads = {}, [], []
-    for ip in alive:
-        dest = tmp_path / ip / "main" / "moonshotai" / "Kimi-K3"
-        dest.mkdir(parents=True)
-        assert wp.prepare_tree(src, dest, files) == sum(files.values())
-        servers.append(wp.serve(dest, files, ip, PORT))
-        out[ip] = [dest, None]
-
-    def run(ip):
-        out[ip][1] = wp.fetch_all(src, out[ip][0], files, ip, peers, PORT, threads=4, peer_wait_seconds=wait,
-                                  poll_seconds=0.02)
-
-    for ip in alive:
-        threads.append(threading.Thread(target=run, args=(ip,)))
-        threads[-1].start()
-    for t in threads:
-        t.join(60)
-    for s in servers:
-        s.shutdown()
-        s.server_close()
-    return out
-
-
-def test_peers_read_each_byte_from_the_bucket_once_and_all_end_with_the_whole_checkpoint(tmp_path):
-    src, data = _source(tmp_path)
-    files = wp.source_files(src)
-    assert sorted(files) == sorted(data), "hf download's .cache metadata is not part of the checkpoint"
-    peers = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-    out = _run_peers(tmp_path, src, files, peers, peers)
-    total = sum(files.values())
-    for ip, (dest, res) in out.items():
-        for rel, blob in data.items():
-            path = dest / rel
-            assert path.is_file() and not path.is_symlink() and path.read_bytes() == blob
-        own = sum(size for i, (rel, size) in enumerate(files.items()) if wp.owner(i, peers) == ip)
-        assert res.from_source == own and res.from_peers == total - own and not res.fallbacks
-        assert not list(dest.rglob("*.part")) and not list(dest.rglob("*.link"))
-    assert sum(res.from_source for _, res in out.values()) == total, "the link carries the checkpoint once"
-
-
-def test_a_peer_that_never_answers_is_replaced_by_the_bucket(tmp_path):
-    src, data = _source(tmp_path)
-    files = wp.source_files(src)
-    peers = ["127.0.0.1", "127.0.0.2"]          # nothing listens on 127.0.0.2
-    out = _run_peers(tmp_path, src, files, peers, ["127.0.0.1"], wait=0.2)
-    dest, res = out["127.0.0.1"]
-    assert all((dest / rel).read_bytes() == blob and not (dest / rel).is_symlink() for rel, blob in data.items())
-    theirs = [rel for i, rel in enumerate(files) if wp.owner(i, peers) == "127.0.0.2"]
-    assert sorted(res.fallbacks) == sorted(theirs) and res.from_source == sum(files.values())
-
-
-def test_a_peer_still_copying_is_waited_for_not_replaced(tmp_path):
-    """An owner that answers 404 (alive, its copy not done) is waited for past peer_wait_seconds: falling back to the
-    bucket then would put its files over the link once per node."""
-    src, data = _source(tmp_path)
-    files = wp.source_files(src)
-    peers = ["127.0.0.1", "127.0.0.2"]
-    slow = tmp_path / "slow"
-    slow.mkdir()
-    wp.prepare_tree(src, slow, files)
-    server = wp.serve(slow, files, "127.0.0.2", PORT)
-    theirs = [(i, rel) for i, rel in enumerate(files) if wp.owner(i, peers) == "127.0.0.2"]
-    timer = threading.Timer(0.5, lambda: [wp.copy_from_source(src, slow / rel, rel, files[rel]) for _, rel in theirs])
-    timer.start()
-    dest = tmp_path / "fast"
-    dest.mkdir()
-    wp.prepare_tree(src, dest, files)
-    try:
-        res = wp.fetch_all(src, dest, files, "127.0.0.1", peers, PORT, threads=4, peer_wait_seconds=0.1,
-                           poll_seconds=0.02)
-    finally:
-        timer.join()
-        server.shutdown()
-        server.server_close()
-    assert not res.fallbacks and res.from_peers == sum(files[rel] for _, rel in theirs)
-    assert all((dest / rel).read_bytes() == blob for rel, blob in data.items())
-
-
-def test_tree_links_first_keeps_good_copies_and_drops_other_revisions(tmp_path):
-    src, data = _source(tmp_path)
-    files = wp.source_files(src)
-    root = tmp_path / "node"
-    dest = root / "rev2" / "moonshotai" / "Kimi-K3"
+def _local(tmp_path: Path, src: Path, name: str) -> tuple[Path, "wp.Local"]:
+    files = wp.read_manifest(src, REV)
+    dest = tmp_path / name / REV / "moonshotai" / "Kimi-K3"
     dest.mkdir(parents=True)
-    (dest / "config.json").write_bytes(b'{"a": 1}')                       # complete local copy: kept
-    (dest / "model-00000-of-00010.safetensors").write_bytes(b"short")     # wrong size (old or torn): relinked
+    return dest, wp.Local(dest.parent.parent / wp.VERIFIED, dest, files)
+
+
+def test_the_manifest_is_the_checkpoint_and_must_be_of_this_revision(tmp_path):
+    src, data = _source(tmp_path)
+    files = wp.read_manifest(src, REV)
+    assert sorted(files) == sorted(data), "hf download's .cache metadata is not part of the checkpoint"
+    with pytest.raises(wp.ManifestError, match="revision"):
+        wp.read_manifest(src, "f" * 40)
+    (src / wp.MANIFEST_DIR / "manifest-0-of-1.json").rename(src / wp.MANIFEST_DIR / "manifest-0-of-2.json")
+    with pytest.raises(wp.ManifestError, match="no complete set"):
+        wp.read_manifest(src, REV)
+
+
+def test_tree_links_first_keeps_verified_copies_and_drops_other_revisions(tmp_path):
+    src, data = _source(tmp_path)
+    dest, local = _local(tmp_path, src, "node")
+    files = local.files
+    wp.prepare_tree(src, dest, files, local)
+    wp.copy_from_source(src, dest / "config.json", "config.json", *files["config.json"])
+    local.mark("config.json")                                            # verified local copy: kept
+    (dest / "model-00000-of-00010.safetensors").unlink()
+    (dest / "model-00000-of-00010.safetensors").write_bytes(data["model-00000-of-00010.safetensors"])  # unverified
+    root = dest.parent.parent.parent
     (root / "rev1" / "x").mkdir(parents=True)
-    missing = wp.prepare_tree(src, dest, files)
-    assert missing == sum(files.values()) - len(b'{"a": 1}')
+    again = wp.Local(local.state, dest, files)                          # a restarted pod
+    missing = wp.prepare_tree(src, dest, files, again)
+    assert missing == sum(size for size, _ in files.values()) - len(b'{"a": 1}')
     assert not (dest / "config.json").is_symlink()
     for rel in files:
         if rel != "config.json":
             assert os.readlink(dest / rel) == str(src / rel), "every file readable at once, through the bucket"
             assert (dest / rel).read_bytes() == data[rel]
-    assert wp.prepare_tree(src, dest, files) == missing, "idempotent (a restarted pod)"
-    assert wp.remove_other_revisions(root, "rev2") == ["rev1"] and (root / "rev2").is_dir()
+    assert wp.prepare_tree(src, dest, files, again) == missing, "idempotent"
+    assert wp.remove_other_revisions(root, REV) == ["rev1"] and (root / REV).is_dir()
 
 
-def test_a_peer_serves_only_complete_local_files(tmp_path):
-    src, data = _source(tmp_path)
-    files = wp.source_files(src)
-    dest = tmp_path / "d"
-    dest.mkdir()
-    wp.prepare_tree(src, dest, files)
-    wp.copy_from_source(src, dest / "config.json", "config.json", files["config.json"])
-    (tmp_path / "secret").write_text("outside")
-    server = wp.serve(dest, files, "127.0.0.1", PORT + 1)
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
-        import http.client
-        for path, status in [("/config.json", 200), ("/model-00001-of-00010.safetensors", 404),  # a link
-                             ("/../secret", 404), ("/nope", 404)]:
-            conn = http.client.HTTPConnection("127.0.0.1", PORT + 1, timeout=5)
-            conn.request("GET", path)
-            resp = conn.getresponse()
-            body = resp.read()
-            assert resp.status == status, path
-            if status == 200:
-                assert body == data["config.json"]
-            conn.close()
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def test_a_peer_serves_only_verified_files_by_content_hash(tmp_path):
+    src, data = _source(tmp_path)
+    dest, local = _local(tmp_path, src, "d")
+    files = local.files
+    wp.prepare_tree(src, dest, files, local)
+    wp.copy_from_source(src, dest / "config.json", "config.json", *files["config.json"])
+    local.mark("config.json")
+    (tmp_path / "secret").write_text("outside")
+    port = _free_port()
+    server = wp.serve(local, "127.0.0.1", port)
+    try:
+        sha = lambda rel: files[rel][1]  # noqa: E731
+        assert _get(port, f"/sha256/{sha('config.json')}") == (200, data["config.json"])
+        local.joining = False
+        for path in [f"/sha256/{sha('model-00001-of-00010.safetensors')}",   # a link, not a copy
+                     "/config.json", "/../secret", "/sha256/../../secret", "/sha256/" + "0" * 64]:
+            assert _get(port, path)[0] == 404, path
+        local.bucket_queue.add(sha("model-00001-of-00010.safetensors"))
+        local.read_from_bucket(123)
+        assert _get(port, f"/sha256/{sha('model-00001-of-00010.safetensors')}") == (202, b'{"bucket_bytes": 123}'), \
+            "reading it from the bucket itself: 'wait', with its progress"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_reading_peer_is_waited_for_while_it_progresses_and_left_when_it_stalls(tmp_path):
+    """202 is the only answer waited on, and only while the peer's bucket reads move on: a peer whose progress
+    stops (or that never finishes) is left for the bucket within the bounds."""
+    src, data = _source(tmp_path)
+    dest, local = _local(tmp_path, src, "slow")
+    files = local.files
+    rel = "model-00003-of-00010.safetensors"
+    size, digest = files[rel]
+    wp.prepare_tree(src, dest, files, local)
+    local.joining = False
+    local.bucket_queue.add(digest)
+    port = _free_port()
+    server = wp.serve(local, "127.0.0.1", port)
+    other, _ = _local(tmp_path, src, "asker")
+    other.joinpath(rel).parent.mkdir(parents=True, exist_ok=True)
+
+    def progress_then_finish():
+        for _ in range(10):
+            local.read_from_bucket(1)
+            time.sleep(0.1)
+        wp.copy_from_source(src, dest / rel, rel, size, digest)
+        local.mark(rel)
+
+    try:
+        t0 = time.monotonic()
+        assert wp.from_peer("127.0.0.1", port, other / rel, rel, size, digest, 30, 0.5, 0.02, 2) == \
+            "peer 127.0.0.1 made no progress for 0.5 s (reading)"
+        assert time.monotonic() - t0 < 2
+        feeder = threading.Thread(target=progress_then_finish)
+        feeder.start()
+        assert wp.from_peer("127.0.0.1", port, other / rel, rel, size, digest, 30, 0.5, 0.02, 2) == "", \
+            "waited past the stall bound because it progressed, then copied"
+        feeder.join()
+        assert (other / rel).read_bytes() == data[rel]
     finally:
         server.shutdown()
         server.server_close()
@@ -172,13 +172,13 @@ def _run_entrypoint(src: Path, root: Path, fs_path: str | None, check_running=No
     marker and everything it printed."""
     import subprocess
     import sys
-    env = {"SOURCE": str(src), "LOCAL_ROOT": str(root), "MODEL_REPO": "moonshotai/Kimi-K3", "MODEL_REVISION": "abc",
+    env = {"SOURCE": str(src), "LOCAL_ROOT": str(root), "MODEL_REPO": "moonshotai/Kimi-K3", "MODEL_REVISION": REV,
            "POD_IP": "127.0.0.1", "PEERS_DNS": "localhost", "EXPECTED_PEERS": "1", "PORT": str(_free_port()),
            "THREADS": "2", "PEER_WAIT_SECONDS": "5", "PATH": os.environ.get("PATH", ""),
            "FS_PATH": fs_path or wp.filesystem_path(Path("/proc/self/mountinfo").read_text(), str(root))[0]}
     proc = subprocess.Popen([sys.executable, wp.__file__], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-    marker = root / "abc" / wp.READY_MARKER
+    marker = root / REV / wp.READY_MARKER
     try:
         deadline = time.monotonic() + 30
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -207,7 +207,7 @@ def test_the_pod_entrypoint_marks_its_node_ready_once_everything_is_local(tmp_pa
     # FS_PATH (the check the DaemonSet makes): here the tree's real place within its filesystem, so it copies.
     marker, out = _run_entrypoint(src, root, None, bound_to_the_pod_ip)
     assert marker.read_text() == "local\n" and not (root / "old-revision").exists()
-    dest = root / "abc" / "moonshotai" / "Kimi-K3"
+    dest = root / REV / "moonshotai" / "Kimi-K3"
     assert all((dest / rel).read_bytes() == blob and not (dest / rel).is_symlink() for rel, blob in data.items())
     assert "node-local copy complete" in out and "removed the node-local copy of revision old-revision" in out
 
@@ -368,33 +368,29 @@ def test_the_pod_entrypoint_copies_nothing_off_the_array(tmp_path):
     root = tmp_path / "node"
     root.mkdir()
     marker, out = _run_entrypoint(src, root, "/kimi-k3-weights")
-    dest = root / "abc" / "moonshotai" / "Kimi-K3"
+    dest = root / REV / "moonshotai" / "Kimi-K3"
     assert marker.read_text() == "links\n" and all((dest / rel).is_symlink() for rel in data)
     assert "NOT COPYING" in out and "not /kimi-k3-weights" in out
 
 
 def test_a_peer_is_bounded_in_transfers_and_stalls(tmp_path, monkeypatch):
-    import http.client
     import socket
     src, data = _source(tmp_path)
-    files = wp.source_files(src)
-    dest = tmp_path / "d"
-    dest.mkdir()
-    wp.prepare_tree(src, dest, files)
-    wp.copy_from_source(src, dest / "config.json", "config.json", files["config.json"])
+    dest, local = _local(tmp_path, src, "d")
+    files = local.files
+    wp.prepare_tree(src, dest, files, local)
+    wp.copy_from_source(src, dest / "config.json", "config.json", *files["config.json"])
+    local.mark("config.json")
     monkeypatch.setattr(wp, "MAX_SERVING", 0)        # every slot taken
     monkeypatch.setattr(wp, "SOCKET_TIMEOUT", 0.3)
     port = _free_port()
-    server = wp.serve(dest, files, "127.0.0.1", port)
+    server = wp.serve(local, "127.0.0.1", port)
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        conn.request("GET", "/config.json")
-        assert conn.getresponse().status == 503
-        conn.close()
-        other = tmp_path / "o"
-        other.mkdir()
-        wp.prepare_tree(src, other, files)
-        assert wp.copy_from_peer("127.0.0.1", port, other / "config.json", "config.json", files["config.json"]) is False
+        assert _get(port, f"/sha256/{files['config.json'][1]}")[0] == 503
+        other, olocal = _local(tmp_path, src, "o")
+        wp.prepare_tree(src, other, files, olocal)
+        assert wp.ask_peer("127.0.0.1", port, other / "config.json", "config.json", *files["config.json"]) == \
+            ("busy", None)
         assert (other / "config.json").is_symlink(), "busy is 'ask again', not a failure and not a copy"
         stalled = socket.create_connection(("127.0.0.1", port), timeout=5)   # sends nothing
         t0 = time.monotonic()

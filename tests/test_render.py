@@ -242,7 +242,7 @@ def test_stack_outputs(stack, rendered):
     out = rendered[stack].outputs
     assert out["namespace"] == "kimi-k3"
     assert out["frontendService"] == "kimi-k3-frontend.kimi-k3.svc.cluster.local:8000"
-    assert out["modelPath"] == "/model-cache/moonshotai/Kimi-K3"
+    assert out["modelPath"] == "/model-cache/moonshotai/Kimi-K3@" + "0" * 40, "one directory per pinned commit"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -287,9 +287,15 @@ def test_per_user_values_are_placeholders_offline_and_required_by_pulumi_up(stac
     assert "kimi-k3:hfToken" not in doc and "capacityReservationId" not in doc["kimi-k3:cluster"]["gpuNodes"]
     assert rendered[stack].assumed == [
         "kimi-k3:hfToken = [secret]", "kimi-k3:cluster.gpuNodes.capacityReservationId = cr-00000000000000000",
-        "kimi-k3:cluster.publicAccessCidrs = [203.0.113.0/24]"]
+        "kimi-k3:cluster.publicAccessCidrs = [203.0.113.0/24]",
+        "kimi-k3:model.revision = 0000000000000000000000000000000000000000 (no commit pinned: `pulumi up` refuses)"]
     as_engine_passes_it = {k: v if isinstance(v, str) else json.dumps(v) for k, v in doc.items()}
     as_engine_passes_it["kimi-k3:hfToken"] = "hf_x"
+    # No commit known here: the stack files pin none, and the real run refuses before it registers anything.
+    with pytest.raises(RenderError, match="kimi-k3:model.revision: required") as info:
+        render_config(stack, as_engine_passes_it, {"kimi-k3:hfToken"}, ROOT)
+    assert info.value.registered == []
+    as_engine_passes_it["kimi-k3:model"] = json.dumps({"revision": "0123456789abcdef0123456789abcdef01234567"})
     with pytest.raises(RenderError, match="capacityReservationId") as info:
         render_config(stack, as_engine_passes_it, {"kimi-k3:hfToken"}, ROOT)
     assert info.value.registered == []

@@ -18,8 +18,16 @@ def test_fetchers_share_every_file_once_balanced_by_size():
     loads = [sum(sizes[f] for f in s) for s in shares]
     assert max(loads) - min(loads) <= max(sizes.values()), "within one file of each other"
     assert fc.partition(dict(reversed(list(sizes.items()))), 4) == shares, "every fetcher computes the same split"
-    assert fc.todo(shares[0], sizes, {shares[0][0]: sizes[shares[0][0]], shares[0][1]: 1}) == shares[0][1:], \
-        "complete files are skipped, truncated ones fetched again"
+    hub = {f: {"size": n, "sha256": f"{hash(f) & 0xffff:064x}" if f.endswith(".safetensors") else None,
+               "blob_id": "b"} for f, n in sizes.items()}
+    share = sorted(shares[0], key=lambda f: not f.endswith(".safetensors"))
+    a, b, c = share[:3]
+    in_bucket = {a: (sizes[a], hub[a]["sha256"]), b: (sizes[b], "0" * 64), c: (1, hub[c]["sha256"])}
+    assert fc.todo(share, hub, in_bucket) == share[1:], \
+        "a file whose recorded sha256 is the Hub's is skipped; same size with other bytes, or truncated, is fetched"
+    small = {"config.json": {"size": 10, "sha256": None, "blob_id": "x"}}
+    assert fc.todo(["config.json"], small, {"config.json": (10, "")}) == ["config.json"], \
+        "a non-LFS file (no Hub sha256) is always fetched again: never trusted by size"
     with pytest.raises(ValueError):
         fc.partition(sizes, 0)
 
