@@ -187,6 +187,8 @@ def lane_config(stack: str) -> dict:
     config["kimi-k3:cluster"] = {"mode": "existing"}
     config["kimi-k3:storage"] = {"storageClass": "lane-rwx"}
     config["kimi-k3:serving"] = {"namespace": f"lane-{stack}"}
+    # `up` refuses an unpinned model revision; no pod runs here, so any 40-hex commit stands in for the real pin.
+    config["kimi-k3:model"] = {"revision": "1" * 40}
     # The cluster's own Prometheus Operator (its CRDs are installed; no kube-prometheus-stack chart can be fetched):
     # the program adds only its PodMonitors, ServiceMonitor, PrometheusRule and dashboard.
     config["kimi-k3:monitoring"] = {"stack": "existing"}
