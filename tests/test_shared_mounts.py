@@ -167,6 +167,11 @@ def test_what_cannot_be_seen_is_not_evaluated_never_passed():
     missing_class = _hand_written(efs_class(directoryPerms="700"))[1:]
     _, skipped = evaluate(missing_class)
     assert len(skipped) == 1 and "efs-sc" in skipped[0].reason
+    # a first preview: the engine passes the PV's not-yet-known volumeHandle as its unknown-string sentinel
+    preview_pv = copy.deepcopy(EFS_PV)
+    preview_pv["spec"]["csi"]["volumeHandle"] = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+    violations, skipped = evaluate(_hand_written(preview_pv))
+    assert violations == [] and len(skipped) == 1 and "not known yet" in skipped[0].reason
     unknown = _hand_written(EFS_PV)
     unknown[2]["spec"]["template"]["spec"]["containers"][0]["image"] = "example.com/own/image:1"
     violations, skipped = evaluate(unknown)

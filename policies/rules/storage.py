@@ -31,6 +31,9 @@ SHARED_DRIVERS = {EFS_DRIVER: "EFS", "fsx.csi.aws.com": "FSx for Lustre", "nfs.c
                   "filestore.csi.storage.gke.io": "Filestore", "nfs": "NFS"}
 ACCESS_POINT_TYPE = "aws:efs/accessPoint:AccessPoint"
 NEW_ROOT = (0, 0, 0o755)   # owner uid, gid, mode of a new EFS root (documented) or NFS/FSx export (assumed)
+# What the Pulumi engine passes a policy for a value not known yet (pulumi_policy/proxy.py UNKNOWN_*_VALUE): during a
+# first preview the PV's volumeHandle (file system and access point ids) is one of these.
+UNKNOWN_VALUES = ("04da6b54-80e4-46f7-96ec-b56ff0331ba9", "dd056dcd-154b-4c76-9bd3-c8f88648b5ff")
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ def _prepared(claim: Optional[Mapping], namespace: Optional[str], objects: Seque
         kind = SHARED_DRIVERS[driver]
         handle = str(csi.get("volumeHandle") or "")
         pv_name = (pv.get("metadata") or {}).get("name")
+        if any(u in handle or u == str(pspec.get("csi")) for u in UNKNOWN_VALUES):
+            return kind, (f"PersistentVolume {pv_name}: its volumeHandle is not known yet (a preview before the file "
+                          "system exists)")
         if driver == EFS_DRIVER and handle.count(":") == 2 and handle.split(":", 2)[2]:
             ap = _access_point(handle, ctx)
             if ap is None:
