@@ -23,11 +23,11 @@ try:  # validate everything before the first resource is registered: bad input i
     eks_mode = cfg.cluster.mode == "eks"
     storage_kind = cfg.storage.resolved_kind
     if eks_mode:
-        gpu_plan = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes)
+        gpu_plan = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes, efa=graph.kv_transport == "efa")
         subnets = aws.subnet_plan(cfg)
         endpoint = aws.endpoint_access(cfg.cluster)
         aws.check_storage(cfg, cache_gi)
-    addons = addon_specs(cfg, gpu_plan.instance.name if eks_mode else None)
+    addons = addon_specs(cfg, gpu_plan.instance.name if eks_mode else None, kv_over_efa=graph.kv_transport == "efa")
     # Operator, Grove, KAI, DRA driver and CRD versions move together (recipes/platform-set.yaml).
     platform_set.check(addons, cfg.cluster.kubernetes_version if eks_mode else None, {
         "DynamoGraphDeployment": manifests.graph_deployment(graph)["apiVersion"],

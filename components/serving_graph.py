@@ -124,6 +124,8 @@ class ServingGraph(pulumi.ComponentResource):
             parts = [register(f"{name}-weights-prefetch-script", script,
                               pulumi.ResourceOptions(parent=self, depends_on=prefetch_deps)),
                      register(f"{name}-weights-peers", peers,
+                              pulumi.ResourceOptions(parent=self, depends_on=prefetch_deps)),
+                     register(f"{name}-weights-peers-policy", manifests.weights_peers_network_policy(g),
                               pulumi.ResourceOptions(parent=self, depends_on=prefetch_deps))]
             self.prefetch = register(f"{name}-weights-prefetch", ds, pulumi.ResourceOptions(
                 parent=self, depends_on=[*prefetch_deps, *parts]))

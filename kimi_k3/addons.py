@@ -140,15 +140,24 @@ def _system_pinned(key: str, values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def addon_specs(cfg: StackConfig, gpu_instance_type: Optional[str] = None) -> list[AddonSpec]:
-    """Every add-on's release spec. `gpu_instance_type` (eks mode): the EFA device plugin must schedule there."""
+def addon_specs(cfg: StackConfig, gpu_instance_type: Optional[str] = None, kv_over_efa: bool = False) -> list[AddonSpec]:
+    """Every add-on's release spec. `gpu_instance_type` (eks mode): the EFA device plugin must schedule there.
+    `kv_over_efa`: the graph moves KV over EFA (kimi_k3.graph.choose_kv_transport); only then does eks mode install
+    the EFA device plugin. Without it no pod requests vpc.amazonaws.com/efa, and the plugin crash-loops on a node
+    with no EFA device (aws/eks-charts#1239; NVIDIA/aicr#1326 on p6e-gb300r), e.g. a p6e-gb300, for which AWS
+    documents no EFA (docs/aws.md, Known limits)."""
     out = []
     defaults = _defaults()
     check_chart_references(defaults)
     for field, over in cfg.platform:
         key = addon_key(field)
         d = defaults[key]
-        install = over.install if over.install is not None else cfg.cluster.mode == "eks"
+        install = over.install if over.install is not None else cfg.cluster.mode == "eks" and (
+            key != EFA_PLUGIN or kv_over_efa)
+        if key == EFA_PLUGIN and kv_over_efa and over.install is False and cfg.cluster.mode == "eks":
+            raise ConfigError(f"kimi-k3:platform.{EFA_PLUGIN}.install = false: the graph moves KV over EFA, and its "
+                              "workers request vpc.amazonaws.com/efa, which only the EFA device plugin offers; allowed: "
+                              "true (or unset)")
         values = merge(d.get("values") or {}, over.values)
         if cfg.cluster.mode == "eks":
             values = _system_pinned(key, values)

@@ -96,14 +96,16 @@ class GpuNodePlan:
     desired_explicit: bool = False   # desiredNodes set in config: Pulumi writes it; else only at creation
     rollout_launch_template: bool = False  # a launch template change reaches the node group (at desired size 0)
     imds_hop_limit: int = 1
+    efa: bool = False           # attach the instance type's EFA-only interfaces: only when KV moves over EFA
 
     @property
     def capacity_block(self) -> bool:
         return self.capacity_type == "CAPACITY_BLOCK"
 
 
-def gpu_node_plan(cfg: StackConfig, platform: str, nodes: int) -> GpuNodePlan:
-    """Validate `kimi-k3:cluster.gpuNodes` for a recipe that needs `nodes` GPU nodes of `platform`."""
+def gpu_node_plan(cfg: StackConfig, platform: str, nodes: int, efa: bool = False) -> GpuNodePlan:
+    """Validate `kimi-k3:cluster.gpuNodes` for a recipe that needs `nodes` GPU nodes of `platform`. `efa`: the graph
+    moves KV over EFA, so the nodes get their EFA-only interfaces (none otherwise)."""
     facts = load_aws_facts()
     g = cfg.cluster.gpu_nodes
     itype = gpu_instance_type(cfg, platform)
@@ -159,7 +161,7 @@ def gpu_node_plan(cfg: StackConfig, platform: str, nodes: int) -> GpuNodePlan:
                        reservation_id=g.capacity_reservation_id, availability_zone=g.availability_zone,
                        nodes=nodes, max_nodes=reservation, ultra_server_nodes=ultra, desired_nodes=desired,
                        desired_explicit=g.desired_nodes is not None, rollout_launch_template=g.rollout_launch_template,
-                       imds_hop_limit=g.imds_hop_limit)
+                       imds_hop_limit=g.imds_hop_limit, efa=efa)
 
 
 def gpu_node_group_ignore_changes(plan: GpuNodePlan) -> list[str]:
@@ -177,6 +179,12 @@ def gpu_node_group_ignore_changes(plan: GpuNodePlan) -> list[str]:
     if not plan.rollout_launch_template:
         out.append("launchTemplate.version")
     return out
+
+
+# The VPC CNI enforces NetworkPolicy only with its network policy agent on: add-on configuration
+# `enableNetworkPolicy: "true"` (EKS user guide cni-network-policy-configure; vpc-cni >= 1.14, the controller runs in
+# the EKS control plane). Pods no policy selects keep all traffic; the weights-prefetch peers' policy needs it.
+VPC_CNI_CONFIGURATION = '{"enableNetworkPolicy":"true"}'
 
 
 def addon_version(kubernetes_version: str, addon: str) -> str | None:
@@ -250,10 +258,14 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def network_interfaces(layout: EfaLayout, security_group_ids: list[Any]) -> list[dict[str, Any]]:
-    """Launch template interfaces: ENA primary on card 0, one EFA-only interface (device 0) on each EFA card."""
+def network_interfaces(layout: EfaLayout, security_group_ids: list[Any], efa: bool = True) -> list[dict[str, Any]]:
+    """Launch template interfaces: ENA primary on card 0, and with `efa` one EFA-only interface (device 0) on each EFA
+    card. Without EFA traffic (KV over NVLink, TP inside one NVLink domain) the EFA interfaces carry nothing, and an
+    interface on a network card the instance lacks fails the launch (p6e-gb300's EFA layout is undocumented)."""
     primary = {"network_card_index": layout.primary_card, "device_index": 0, "interface_type": "interface",
                "security_groups": security_group_ids, "delete_on_termination": "true"}
+    if not efa:
+        return [primary]
     efa = [{"network_card_index": card, "device_index": 0, "interface_type": "efa-only",
             "security_groups": security_group_ids, "delete_on_termination": "true"} for card in layout.efa_only_cards]
     return [primary] + efa
@@ -266,7 +278,7 @@ def gpu_launch_template(plan: GpuNodePlan, security_group_ids: list[Any], root_v
     lt: dict[str, Any] = {
         "instance_type": plan.instance.name,
         "user_data": b64(gpu_node_user_data()),
-        "network_interfaces": network_interfaces(plan.instance.efa, security_group_ids),
+        "network_interfaces": network_interfaces(plan.instance.efa, security_group_ids, plan.efa),
         "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": {
             "volume_size": root_volume_gib, "volume_type": "gp3", "delete_on_termination": "true", "encrypted": "true"}}],
         # IMDSv2 only; hop limit 1 (default): a pod in its own network namespace is one hop further and cannot take
@@ -432,6 +444,29 @@ def static_pv(name: str, capacity_gi: int, driver: str, volume_handle: Any, attr
         spec["mountOptions"] = mount_options
     return {"apiVersion": "v1", "kind": "PersistentVolume",
             "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "kimi-k3"}}, "spec": spec}
+
+
+COMPILE_CACHE_ROOT = "/compile-cache"   # the compile cache's directory in its EFS file system (the access point's root)
+
+
+def compile_cache_access_point(file_system_id: Any, uid: int, gid: int) -> dict[str, Any]:
+    """kwargs of aws.efs.AccessPoint for the compile cache. A new EFS root is root:root 0755 (EFS user guide, "Working
+    with users, groups, and permissions at the NFS level"); the EFS CSI driver declares no fsGroupPolicy
+    (charts/aws-efs-csi-driver/templates/csidriver.yaml), so fsGroup chowns nothing; kubelet makes a missing subPath as
+    itself with the volume root's mode (pkg/kubelet/kubelet_pods.go makeMounts). Through an access point every NFS
+    request runs as its PosixUser and EFS creates its root directory with CreationInfo (EFS API CreationInfo): the
+    workers' uid/gid own everything, kubelet's subPath directories included. Chosen over the driver's dynamic
+    provisioning (StorageClass uid/gid/directoryPerms): that needs EFS API rights on the controller (it has none) and
+    makes an access point per claim that Pulumi does not track; here the access point is a stack resource."""
+    return {"file_system_id": file_system_id, "posix_user": {"uid": uid, "gid": gid},
+            "root_directory": {"path": COMPILE_CACHE_ROOT, "creation_info": {
+                "owner_uid": uid, "owner_gid": gid, "permissions": "0775"}}}
+
+
+def efs_access_point_handle(file_system_id: str, access_point_id: str) -> str:
+    """The EFS CSI driver's volumeHandle for an access point, `[FileSystemId]::[AccessPointId]` (empty subpath;
+    aws-efs-csi-driver examples/kubernetes/access_points; the driver adds the `tls` the access point needs)."""
+    return f"{file_system_id}::{access_point_id}"
 
 
 def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:

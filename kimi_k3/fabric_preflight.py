@@ -3,14 +3,15 @@
 Checks, in order, and exits non-zero naming the node on the first failure (the message also goes to the pod's
 termination message, which `kubectl describe` and `pulumi up`'s Job await show):
 1. no host `nvidia-imex` service (a systemd IMEX daemon on the host conflicts with the DRA driver's per-
-   ComputeDomain daemon; needs hostPID to see host processes);
+   ComputeDomain daemon): read from the host's systemd service cgroups (HOST_SERVICES, a read-only hostPath of
+   /sys/fs/cgroup/system.slice), where a running nvidia-imex.service has a cgroup holding its processes; no hostPID;
 2. the ComputeDomain's IMEX channel is in the container (/dev/nvidia-caps-imex-channels/channel*): the channel
    claim was allocated, so IMEX is ready on this node;
 3. an NCCL all-reduce across every GPU of the group (torch.distributed, one process per GPU), whose bus
    bandwidth must reach MIN_BUS_BANDWIDTH_GBPS: a group split across NVLink cliques or with a broken link falls
    far below NVLink rates.
 Environment: NODE_NAME, JOB_COMPLETION_INDEX, NNODES, GPUS_PER_NODE, MASTER_ADDR, MASTER_PORT,
-MIN_BUS_BANDWIDTH_GBPS, COMPUTE_DOMAIN. Standard library only, except torch (from the serving image) for step 3.
+MIN_BUS_BANDWIDTH_GBPS, COMPUTE_DOMAIN, HOST_SERVICES. Standard library only, except torch (from the serving image) for step 3.
 """
 from __future__ import annotations
 
@@ -34,23 +35,21 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
-def host_imex_pids(proc: str = "/proc") -> list[int]:
-    """PIDs of an nvidia-imex started by the host's systemd (not by a ComputeDomain daemon pod)."""
-    out = []
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"{proc}/{entry}/comm") as f:
-                if f.read().strip() != "nvidia-imex":
-                    continue
-            with open(f"{proc}/{entry}/cgroup") as f:
-                cgroup = f.read()
-        except OSError:
-            continue
-        if "system.slice" in cgroup and "kubepods" not in cgroup:
-            out.append(int(entry))
-    return out
+IMEX_UNIT = "nvidia-imex.service"
+
+
+def host_imex_pids(services: str) -> list[int]:
+    """PIDs of a host nvidia-imex.service, from the host's system.slice cgroup directory (cgroup v2): systemd gives
+    every running service its own cgroup there (systemd.special(7)) and removes it when the service stops; pods run
+    under kubepods.slice, so a ComputeDomain daemon's nvidia-imex never appears. Raises OSError when `services` is not
+    a systemd system.slice (nothing could be checked: a pass would be a guess)."""
+    if not os.path.isfile(os.path.join(services, "cgroup.procs")):
+        raise OSError(f"{services} is not the host's systemd system.slice cgroup (no cgroup.procs; a cgroup v1 host?)")
+    try:
+        with open(os.path.join(services, IMEX_UNIT, "cgroup.procs")) as f:
+            return [int(line) for line in f.read().split()]
+    except FileNotFoundError:
+        return []
 
 
 def bus_bandwidth_gbps(seconds_per_op: float, nbytes: int, world: int) -> float:
@@ -101,7 +100,10 @@ def main() -> None:
     env = os.environ
     node = env.get("NODE_NAME", "?")
     domain = env.get("COMPUTE_DOMAIN", "?")
-    pids = host_imex_pids()
+    try:
+        pids = host_imex_pids(env.get("HOST_SERVICES", "/host/system.slice"))
+    except OSError as exc:
+        fail(f"node {node}: cannot tell whether the host runs nvidia-imex: {exc}")
     if pids:
         fail(f"node {node}: the host runs nvidia-imex (pids {pids}) outside Kubernetes; stop and disable the "
              "nvidia-imex service, the DRA driver runs IMEX per ComputeDomain")

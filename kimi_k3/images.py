@@ -52,6 +52,7 @@ def kube_arch(arch: str) -> str:
 class ImageFacts:
     arch: Optional[frozenset[str]]   # None: unknown (not in recipes/images.yaml)
     efa: bool
+    user: Optional[tuple[int, int]] = None   # (uid, gid) of the image's USER; None: unknown
 
 
 def repository(image: str) -> str:
@@ -68,9 +69,18 @@ def image_facts(image: Optional[str]) -> ImageFacts:
     entry = (recipe_file("images.yaml")["repositories"] or {}).get(repository(image or ""))
     if entry is None:
         return ImageFacts(None, False)
+    user = entry.get("user")
     tag = image_tag(image or "") or ""
     facts = (entry.get("tags") or {}).get(tag)
     if facts is None and "@" not in (image or ""):
         facts = next((f for suffix, f in (entry.get("suffixes") or {}).items() if tag.endswith(suffix)), None)
     facts = facts or entry["default"]
-    return ImageFacts(frozenset(facts["arch"]), bool(facts.get("efa")))
+    return ImageFacts(frozenset(facts["arch"]), bool(facts.get("efa")),
+                      (int(user["uid"]), int(user["gid"])) if user else None)
+
+
+def runtime_user() -> tuple[int, int]:
+    """(uid, gid) the Dynamo runtime images run as (recipes/images.yaml `runtime_user`): what serving containers are
+    given explicitly, whatever image a stack names, and what the compile cache's access point writes as."""
+    u = recipe_file("images.yaml")["runtime_user"]
+    return int(u["uid"]), int(u["gid"])

@@ -10,7 +10,7 @@ from typing import Any
 from . import smoke, workload
 from .graph import Role, ServingGraph, compile_cache_spec, role_flag
 from .monitoring import ROLE_LABEL, role_labels
-from .images import kube_arch
+from .images import kube_arch, runtime_user
 from .data import recipe_file
 from .weights_prefetch import READY_MARKER as PREFETCH_READY_MARKER
 
@@ -99,9 +99,9 @@ def _node_affinity(*expressions: Obj) -> Obj:
 
 
 def _gpu_node_daemonset(graph: ServingGraph, name: str, component: str, node_selector: dict[str, str] | None,
-                        pod: Obj, **meta: Any) -> Obj:
+                        pod: Obj, config_maps: tuple[Obj, ...] = (), **meta: Any) -> Obj:
     """A DaemonSet on the stack's GPU nodes (the given node selector, else the workers' GPU-product affinity),
-    tolerating the GPU taint; `pod` holds the rest of its pod spec."""
+    tolerating the GPU taint; `pod` holds the rest of its pod spec, `config_maps` what its pods mount."""
     labels = {**PART_OF, "app.kubernetes.io/component": component}
     selector = {"app.kubernetes.io/name": name}
     placement: Obj = ({"nodeSelector": dict(node_selector)} if node_selector else
@@ -113,7 +113,8 @@ def _gpu_node_daemonset(graph: ServingGraph, name: str, component: str, node_sel
         "spec": {
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": {**labels, **selector}},
+                "metadata": (with_config_checksums({"labels": {**labels, **selector}}, *config_maps) if config_maps
+                             else {"labels": {**labels, **selector}}),
                 "spec": {**placement,
                          "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                          **pod},
@@ -128,6 +129,32 @@ def _meta(graph: ServingGraph, name: str, **extra: Any) -> Obj:
 
 def _env(pairs) -> list[Obj]:
     return [{"name": k, "value": v} for k, v in pairs]
+
+
+def runtime_security_context() -> Obj:
+    """Containers of the Dynamo runtime image (frontend, workers, fabric preflight): its own USER (uid 1000, gid 0:
+    recipes/images.yaml runtime_user) written out, so the uid the shared compile cache is prepared for is the one
+    that runs. No capabilities: added ones never reach a non-root process (no ambient set; kubernetes/kubernetes
+    #56374), which is why IPC_LOCK/SYS_RESOURCE are gone; locked memory comes from the runtime's RLIMIT_MEMLOCK."""
+    uid, gid = runtime_user()
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+            "runAsUser": uid, "runAsGroup": gid}
+
+
+CONFIG_CHECKSUM_PREFIX = "checksum.kimi-k3.io/"
+
+
+def config_checksum(config_map: Obj) -> str:
+    """sha256 of a ConfigMap's data: the pod-template annotation that rolls the pods mounting it when it changes."""
+    return hashlib.sha256(json.dumps(config_map.get("data") or {}, sort_keys=True).encode()).hexdigest()
+
+
+def with_config_checksums(template_metadata: Obj, *config_maps: Obj) -> Obj:
+    """`template_metadata` plus one `checksum.kimi-k3.io/<configmap>` annotation per ConfigMap its pods mount: a changed
+    script changes the pod template, so a DaemonSet rolls and a Job is replaced (ConfigMap volumes are not restarts)."""
+    notes = dict(template_metadata.get("annotations") or {})
+    notes.update({f"{CONFIG_CHECKSUM_PREFIX}{c['metadata']['name']}": config_checksum(c) for c in config_maps})
+    return {**template_metadata, "annotations": dict(sorted(notes.items()))}
 
 
 def namespace(graph: ServingGraph) -> Obj:
@@ -172,7 +199,8 @@ def download_job(graph: ServingGraph, download_image: str, hub_version: str, fet
         pairs += [("VERIFY_MODE", "hash")]         # hashes every file, writes the manifest the node-local copy reads
     env = _env(pairs)
     env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": n["secret"], "key": "HF_TOKEN"}}})
-    hardened = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+    # Root, written out (the python image's USER): a filesystem model cache (kind efs/fsx-lustre) is root:root 0755.
+    hardened = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsUser": 0, "runAsGroup": 0,
                 "seccompProfile": {"type": "RuntimeDefault"}}
     mounts = [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, **({"readOnly": True} if wait_seconds else {})},
               {"name": "tools", "mountPath": TOOLS_DIR}]
@@ -198,7 +226,8 @@ def download_job(graph: ServingGraph, download_image: str, hub_version: str, fet
             "podFailurePolicy": {"rules": [{"action": "Ignore",
                                            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
             "template": {
-                "metadata": {"labels": {**PART_OF, "app.kubernetes.io/component": "model-download"}},
+                "metadata": with_config_checksums({"labels": {**PART_OF, "app.kubernetes.io/component": "model-download"}},
+                                                  verify_script_config_map(graph)),
                 "spec": {
                     "restartPolicy": "Never",
                     **({"nodeSelector": dict(node_selector)} if node_selector else {}),
@@ -255,8 +284,9 @@ def smoke_job(graph: ServingGraph, image: str, node_selector: dict[str, str] | N
             "backoffLimit": 1,
             "activeDeadlineSeconds": SMOKE_DEADLINE_SECONDS,
             "template": {
-                "metadata": {"labels": {**PART_OF, "app.kubernetes.io/component": "smoke-test"},
-                             "annotations": {"kimi-k3.io/graph-sha256": graph_hash}},
+                "metadata": with_config_checksums({"labels": {**PART_OF, "app.kubernetes.io/component": "smoke-test"},
+                                                   "annotations": {"kimi-k3.io/graph-sha256": graph_hash}},
+                                                  smoke_script_config_map(graph)),
                 "spec": {
                     "restartPolicy": "Never",
                     **({"nodeSelector": dict(node_selector)} if node_selector else {}),
@@ -317,9 +347,10 @@ def benchmark_job(graph: ServingGraph, w: workload.Workload, image: str,
             "backoffLimit": 0,                 # a second try would measure a cache the first one warmed
             "activeDeadlineSeconds": deadline,
             "template": {
-                "metadata": {"labels": {**PART_OF, "app.kubernetes.io/component": "benchmark"},
-                             "annotations": {"kimi-k3.io/graph-sha256": graph_hash,
-                                             "kimi-k3.io/plan-sha256": plan_hash}},
+                "metadata": with_config_checksums({"labels": {**PART_OF, "app.kubernetes.io/component": "benchmark"},
+                                                   "annotations": {"kimi-k3.io/graph-sha256": graph_hash,
+                                                                   "kimi-k3.io/plan-sha256": plan_hash}},
+                                                  benchmark_config_map(graph, w)),
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,   # AIPerf profile only talks to the frontend
@@ -413,9 +444,10 @@ def graph_watch_objects(graph: ServingGraph, image: str, node_selector: dict[str
                                            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
             "template": {
                 # A changed graph changes this Job's template, so Pulumi replaces the Job and `up` waits again.
-                "metadata": {"labels": {**PART_OF, "app.kubernetes.io/component": "graph-ready"},
-                             "annotations": {"kimi-k3.io/graph-spec-sha256": hashlib.sha256(json.dumps(
-                                 graph_deployment(graph)["spec"], sort_keys=True).encode()).hexdigest()}},
+                "metadata": with_config_checksums({"labels": {**PART_OF, "app.kubernetes.io/component": "graph-ready"},
+                                                   "annotations": {"kimi-k3.io/graph-spec-sha256": hashlib.sha256(json.dumps(
+                                                       graph_deployment(graph)["spec"], sort_keys=True).encode()).hexdigest()}},
+                                                  script),
                 "spec": {
                     "restartPolicy": "Never", "serviceAccountName": n["watch"],
                     **({"nodeSelector": dict(node_selector)} if node_selector else {}),
@@ -459,7 +491,7 @@ def _frontend_component(graph: ServingGraph) -> Obj:
     container = {
         "name": "main", "image": graph.image,
         "command": ["python3", "-m", "dynamo.frontend"], "args": list(fe.args), "env": _env(fe.env),
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": runtime_security_context(),
     }
     # The frontend loads tokenizer and config from the local paths workers register (HF_HUB_OFFLINE=1): it
     # mounts the same cache, read-only, at the same path.
@@ -508,15 +540,14 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
         + ([{"name": REMOTE_CACHE_VOLUME, "mountPath": remote_cache_path(graph), "readOnly": True}]
            if graph.node_local_weights else [])
         + ([{"name": COMPILE_CACHE_VOLUME, "mountPath": compile_cache_spec()["mount_path"],
-             "subPath": role.compile_cache_key}]   # kubelet creates the directory on first use
+             "subPath": role.compile_cache_key}]   # kubelet creates it on first use, through the access point (as 1000:0)
            if graph.compile_cache else []),
         "startupProbe": {
             "httpGet": {"path": "/health", "port": HEALTH_PORT},
             "periodSeconds": PROBE_PERIOD_SECONDS, "timeoutSeconds": 10,
             "failureThreshold": math.ceil(graph.startup_probe_seconds / PROBE_PERIOD_SECONDS),
         },
-        # RDMA/NVLink memory registration needs locked memory; nothing more than that.
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}},
+        "securityContext": runtime_security_context(),
     }
     pod_meta: Obj = {"labels": {GRAPH_LABEL: graph.name, NVLINK_GROUP_LABEL: role.nvlink_group,
                                 **role_labels(role.key)}}
@@ -612,10 +643,11 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
         "readinessProbe": {"exec": {"command": ["test", "-f", f"{local_mount}/{graph.model_revision}/{PREFETCH_READY_MARKER}"]},
                            "periodSeconds": 10},
         "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "16Gi"}},
-        # Root (uid 0) owns the host directory kubelet creates (a hostPath ignores fsGroup); no capability beyond
-        # that, and it writes nowhere but that directory.
+        # Root (uid 0, written out: the download image's USER) owns the host directory kubelet creates (a hostPath
+        # ignores fsGroup); no capability beyond that, and it writes nowhere but that directory.
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                            "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                            "readOnlyRootFilesystem": True, "runAsUser": 0, "runAsGroup": 0,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "scripts", "mountPath": "/scripts", "readOnly": True},
                          {"name": REMOTE_CACHE_VOLUME, "mountPath": remote, "readOnly": True},
@@ -629,8 +661,18 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
          "volumes": [{"name": "scripts", "configMap": {"name": f"{n['prefetch']}-script"}},
                      {"name": REMOTE_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": n["pvc"], "readOnly": True}},
                      {"name": "node-local", "hostPath": {"path": node_local_root(), "type": "DirectoryOrCreate"}}]},
-        annotations={"pulumi.com/timeoutSeconds": str(graph.download_timeout_seconds)})
+        config_maps=(script,), annotations={"pulumi.com/timeoutSeconds": str(graph.download_timeout_seconds)})
     return [script, service, daemonset]
+
+
+def weights_peers_network_policy(graph: ServingGraph) -> Obj:
+    """Only the weights-prefetch DaemonSet's own pods reach its peer port (the peer server authenticates no one).
+    Enforced on EKS by the VPC CNI's network policy agent (vpc-cni add-on `enableNetworkPolicy`, components/aws)."""
+    peers = {"matchLabels": {"app.kubernetes.io/name": NAMES["prefetch"]}}   # the DaemonSet's selector
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(graph, NAMES["peers"]),
+            "spec": {"podSelector": peers, "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": peers}],
+                                  "ports": [{"protocol": "TCP", "port": PREFETCH_PORT}]}]}}
 
 
 def graph_deployment(graph: ServingGraph) -> Obj:
@@ -668,6 +710,10 @@ def _components(graph: ServingGraph) -> list[Obj]:
 PREFLIGHT_SCRIPT = Path(__file__).with_name("fabric_preflight.py")
 PREFLIGHT_LABEL = "kimi-k3.io/preflight"
 PREFLIGHT_PORT = 29500                    # torch.distributed rendezvous on the index-0 pod
+# systemd puts each system service in its own cgroup under system.slice (cgroup v2, AL2023's default hierarchy:
+# systemd.special(7) "system.slice"); the preflight mounts it read-only where fabric_preflight.py looks.
+HOST_SYSTEM_SLICE = "/sys/fs/cgroup/system.slice"
+PREFLIGHT_HOST_SERVICES = "/host/system.slice"
 
 
 def preflight_name(graph: ServingGraph, role: Role) -> str:
@@ -694,7 +740,7 @@ def preflight_job(graph: ServingGraph, role: Role, min_bus_bandwidth_gbps: float
     env = _env([("NNODES", str(role.nodes_per_replica)), ("GPUS_PER_NODE", str(role.gpus_per_node)),
                 ("MASTER_ADDR", f"{name}-0.{name}"), ("MASTER_PORT", str(PREFLIGHT_PORT)),
                 ("MIN_BUS_BANDWIDTH_GBPS", f"{min_bus_bandwidth_gbps:g}"),
-                ("COMPUTE_DOMAIN", compute_domain_name(graph, role))])
+                ("COMPUTE_DOMAIN", compute_domain_name(graph, role)), ("HOST_SERVICES", PREFLIGHT_HOST_SERVICES)])
     env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     container = {
         "name": "preflight", "image": graph.image, "command": ["python3", f"/scripts/{PREFLIGHT_SCRIPT.name}"],
@@ -702,8 +748,9 @@ def preflight_job(graph: ServingGraph, role: Role, min_bus_bandwidth_gbps: float
         "resources": {**_resources(role.gpus_per_node, None, None, role.efa_devices),
                       "claims": [{"name": CHANNEL_CLAIM}]},
         "volumeMounts": [{"name": "scripts", "mountPath": "/scripts", "readOnly": True},
-                         {"name": "dshm", "mountPath": "/dev/shm"}],
-        "securityContext": {"allowPrivilegeEscalation": False},
+                         {"name": "dshm", "mountPath": "/dev/shm"},
+                         {"name": "host-services", "mountPath": PREFLIGHT_HOST_SERVICES, "readOnly": True}],
+        "securityContext": runtime_security_context(),
     }
     return {
         "apiVersion": "batch/v1", "kind": "Job",
@@ -715,15 +762,18 @@ def preflight_job(graph: ServingGraph, role: Role, min_bus_bandwidth_gbps: float
             "completionMode": "Indexed", "completions": role.nodes_per_replica,
             "parallelism": role.nodes_per_replica, "backoffLimit": 0, "activeDeadlineSeconds": timeout_seconds,
             "template": {
-                "metadata": {"labels": {**PART_OF, PREFLIGHT_LABEL: name,
-                                        "app.kubernetes.io/component": "fabric-preflight"}},
+                "metadata": with_config_checksums({"labels": {**PART_OF, PREFLIGHT_LABEL: name,
+                                                              "app.kubernetes.io/component": "fabric-preflight"}},
+                                                  preflight_script_config_map(graph)),
                 "spec": {
                     "restartPolicy": "Never", "subdomain": name,
-                    "hostPID": True,  # to see a host-started nvidia-imex (step 1); no privilege beyond that
                     **_gpu_group_placement(graph, role, {PREFLIGHT_LABEL: name}),
                     "containers": [container],
+                    # Step 1 reads the host's systemd service cgroups (read-only) instead of every host process
+                    # (hostPID): a running nvidia-imex.service is a populated system.slice/nvidia-imex.service.
                     "volumes": [{"name": "scripts", "configMap": {"name": f"{graph.name}-preflight-script"}},
-                                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}],
+                                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                                {"name": "host-services", "hostPath": {"path": HOST_SYSTEM_SLICE, "type": "Directory"}}],
                 },
             },
         },

@@ -53,7 +53,8 @@ def test_gpu_node_group_on_the_capacity_block(stack, rendered):
     assert lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"].startswith("cr-")
     assert "placement" not in lt, "no placement group with a Capacity Block"
     nics = sorted((n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in lt["networkInterfaces"])
-    assert nics == [(0, 0, "interface"), (1, 0, "efa-only"), (5, 0, "efa-only"), (9, 0, "efa-only"), (13, 0, "efa-only")]
+    # No stack moves KV over EFA (tests/test_shared_mounts_efa.py): the ENA primary only, no EFA-only interfaces.
+    assert nics == [(0, 0, "interface")]
     assert all("subnetId" not in n for n in lt["networkInterfaces"]), "a managed node group sets the subnet"
     user_data = base64.b64decode(lt["userData"]).decode()
     assert "multipart/mixed" in user_data and "kind: NodeConfig" in user_data
@@ -230,9 +231,9 @@ def test_addon_charts_versions_and_values(stack, rendered):
     v = gpu_op["values"]
     assert (v["driver"]["enabled"], v["toolkit"]["enabled"]) == (False, False)
     assert (v["devicePlugin"]["enabled"], v["nfd"]["enabled"], v["gfd"]["enabled"]) == (True, True, True)
-    efa = release(r, "aws-efa-k8s-device-plugin")["inputs"]
-    assert efa["repositoryOpts"]["repo"] == "https://aws.github.io/eks-charts" and efa["version"] == "v0.5.30"
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in efa["values"]["tolerations"]
+    # No EFA device plugin where no KV moves over EFA (tests/test_shared_mounts_efa.py has the stack that needs one).
+    assert not [x for x in r.resources if x["type"] == "kubernetes:helm.sh/v3:Release"
+                and x["inputs"]["name"] == "aws-efa-k8s-device-plugin"]
     dra = release(r, "dra-driver-nvidia-gpu")["inputs"]
     assert dra["chart"] == "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu"
     assert dra["version"].startswith("0.4.")
@@ -315,7 +316,7 @@ def test_dependency_order(stack, rendered):
         assert {dra, dyn} <= set(cd["dependsOn"])
     dgd = one(r, "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
     assert {dra, dyn, job, gpu_nodes} <= set(dgd["dependsOn"])
-    for name in ("gpu-operator", "aws-efa-k8s-device-plugin", "dra-driver-nvidia-gpu", "dynamo-platform"):
+    for name in ("gpu-operator", "dra-driver-nvidia-gpu", "dynamo-platform"):
         assert gpu_nodes not in ancestors(release(r, name)["urn"]), f"{name} does not wait for GPU nodes"
     assert release(r, "gpu-operator")["urn"] in release(r, "dra-driver-nvidia-gpu")["dependsOn"]
 
@@ -424,10 +425,10 @@ BAD = {
                   "platform": {"gpuOperator": {"install": True}}},
         ["kimi-k3:platform.gpuOperator.install", "allowed in render mode: false"]),
     "EFA device plugin chart without the GB300 instance type in its node affinity": (
-        "gb300", {"cluster": eks_cluster("gb300"), "platform": {"efaDevicePlugin": {"version": "0.5.14"}}},
+        "gb300", {"cluster": eks_cluster("gb300"), "platform": {"efaDevicePlugin": {"install": True, "version": "0.5.14"}}},
         ["kimi-k3:platform.efaDevicePlugin.version", "0.5.14", "p6e-gb300.36xlarge", "allowed: v0.5.24, v0.5.30"]),
     "EFA device plugin values that drop the GPU instance type": (
-        "gb200", {"cluster": eks_cluster("gb200"), "platform": {"efaDevicePlugin": {
+        "gb200", {"cluster": eks_cluster("gb200"), "platform": {"efaDevicePlugin": {"install": True,
             "values": {"supportedInstanceLabels": {"values": ["p5en.48xlarge"]}}}}},
         ["kimi-k3:platform.efaDevicePlugin.values.supportedInstanceLabels.values", "p6e-gb200.36xlarge"]),
     "parked outside eks mode": (

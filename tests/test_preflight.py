@@ -56,18 +56,21 @@ def test_preflight_can_be_turned_off():
     assert _preflights(r) == []
 
 
-def _proc(tmp_path, pid, comm, cgroup):
-    d = tmp_path / str(pid)
-    d.mkdir()
-    (d / "comm").write_text(comm + "\n")
-    (d / "cgroup").write_text(cgroup)
-
-
 def test_host_imex_is_told_apart_from_the_compute_domain_daemon(tmp_path):
-    _proc(tmp_path, 101, "nvidia-imex", "0::/system.slice/nvidia-imex.service\n")
-    _proc(tmp_path, 202, "nvidia-imex", "0::/kubepods.slice/kubepods-pod1234.slice/cri-containerd-ab.scope\n")
-    _proc(tmp_path, 303, "bash", "0::/system.slice/sshd.service\n")
-    assert fp.host_imex_pids(str(tmp_path)) == [101]
+    # The host's /sys/fs/cgroup/system.slice as the preflight mounts it: a running nvidia-imex.service has its own
+    # cgroup there; a ComputeDomain daemon's nvidia-imex lives under kubepods.slice and never shows up.
+    (tmp_path / "cgroup.procs").write_text("")
+    (tmp_path / "sshd.service").mkdir()
+    (tmp_path / "sshd.service" / "cgroup.procs").write_text("303\n")
+    assert fp.host_imex_pids(str(tmp_path)) == []
+    (tmp_path / "nvidia-imex.service").mkdir()
+    (tmp_path / "nvidia-imex.service" / "cgroup.procs").write_text("101\n102\n")
+    assert fp.host_imex_pids(str(tmp_path)) == [101, 102]
+
+
+def test_host_imex_check_refuses_a_directory_that_is_no_system_slice(tmp_path):
+    with pytest.raises(OSError, match="not the host's systemd system.slice"):
+        fp.host_imex_pids(str(tmp_path))
 
 
 def test_bus_bandwidth_is_nccl_tests_definition():
@@ -83,7 +86,7 @@ def pod_env(monkeypatch, tmp_path):
         monkeypatch.setenv(k, v)
     log = tmp_path / "termination-log"
     monkeypatch.setattr(fp, "TERMINATION_LOG", str(log))
-    monkeypatch.setattr(fp, "host_imex_pids", lambda: [])
+    monkeypatch.setattr(fp, "host_imex_pids", lambda services: [])
     return log
 
 
@@ -107,7 +110,7 @@ def test_failure_names_the_node_when_bandwidth_is_below_nvlink(pod_env, monkeypa
 
 
 def test_host_imex_fails_first(pod_env, monkeypatch):
-    monkeypatch.setattr(fp, "host_imex_pids", lambda: [101])
+    monkeypatch.setattr(fp, "host_imex_pids", lambda services: [101])
     with pytest.raises(SystemExit):
         fp.main()
     assert "host runs nvidia-imex" in pod_env.read_text()

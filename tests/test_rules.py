@@ -38,7 +38,7 @@ def worker(name, role, extra_args=()):
                 "command": ["python3", "-m", "dynamo.vllm"], "args": args,
                 "env": [{"name": "MODEL_PATH", "value": "/model-cache/hub/kimi-k3"},
                         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
-                "resources": {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4"},
+                "resources": {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4", "cpu": "32"},
                               "claims": [{"name": "channel"}]},
                 "volumeMounts": [{"name": "model-cache", "mountPath": "/model-cache", "readOnly": True}],
                 "startupProbe": {"httpGet": {"path": "/health", "port": 9090}, "periodSeconds": 10,
@@ -63,6 +63,7 @@ def good_objects():
                     "name": "main", "image": IMAGE, "command": ["python3", "-m", "dynamo.frontend"],
                     "args": ["--router-mode", "kv", "--kv-cache-block-size", "1536", "--migration-limit", "3",
                              "--http-port", "8000"],
+                    "resources": {"requests": {"cpu": "4", "memory": "16Gi"}},
                     "volumeMounts": [{"name": "model-cache", "mountPath": "/model-cache", "readOnly": True}]}],
                     "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]}}}
     prefill = worker("prefill", "prefill", ["--kv-events-config", '{"publisher":"zmq","enable_kv_cache_events":true}'])
@@ -168,7 +169,7 @@ MUTATIONS = {
         image="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.1.0-efa-amd64"),
     "tp-spans-whole-nodes": lambda o: set_arg(o, "decode", "--tensor-parallel-size", "16"),
     "pods-take-whole-nodes": lambda o: main(o, "decode")["resources"].update(
-        limits={"nvidia.com/gpu": "2"}, requests={"nvidia.com/gpu": "2"}),
+        limits={"nvidia.com/gpu": "2"}, requests={"nvidia.com/gpu": "2", "cpu": "32"}),
     "multinode-claims-compute-domain": lambda o: comp(o, "decode")["podTemplate"]["spec"]["resourceClaims"][0].update(
         resourceClaimTemplateName="missing-channel"),
     "tp-group-pinned-to-clique": lambda o: comp(o, "decode")["podTemplate"]["spec"]["affinity"].pop("podAffinity"),
@@ -209,20 +210,24 @@ MUTATIONS = {
     "planner-owns-worker-replicas": lambda o: dgd_of(o)["spec"]["components"].append(
         {"name": "Planner", "type": "planner", "replicas": 1, "podTemplate": {"spec": {"containers": [{
             "name": "main", "image": "nvcr.io/nvidia/ai-dynamo/dynamo-planner:1.6.1",
-            "command": ["python3", "-m", "dynamo.planner"], "args": ["--config", "/workspace/c.json"]}]}}}),
+            "command": ["python3", "-m", "dynamo.planner"], "args": ["--config", "/workspace/c.json"],
+            "resources": {"requests": {"cpu": "1"}}}]}}}),
     # the old form of every stack: no --migration-limit, Dynamo's default 0 (a rollout fails in-flight streams)
     "frontend-migrates-requests": lambda o: drop_arg(o, "Frontend", "--migration-limit"),
     # the old form: this program named its graph after the recipe, so a recipe switch replaced it
     "graph-named-stably": lambda o: dgd_of(o)["metadata"].update(
         name="kimi-k3-gb300-disagg", labels={"app.kubernetes.io/part-of": "kimi-k3"}),
+    # the old form of the frontend (and the GB300 workers): no cpu or memory request, BestEffort
+    "serving-containers-request-resources": lambda o: main(o, "Frontend").pop("resources"),
 }
 
 
 def test_every_rule_has_a_failing_case():
     # The two resource-option/AWS rules have their own cases (model-cache-retained below; aws-least-privilege in
-    # test_aws.py, against the rendered stacks and their old forms).
-    assert sorted(MUTATIONS) == sorted(r.name for r in rules.RULES
-                                       if r.name not in ("model-cache-retained", "aws-least-privilege"))
+    # test_aws.py, against the rendered stacks and their old forms); shared-mounts-writable needs PVs, storage
+    # classes and access points (tests/test_shared_mounts.py, against the rendered stacks and their old form).
+    assert sorted(MUTATIONS) == sorted(r.name for r in rules.RULES if r.name not in (
+        "model-cache-retained", "aws-least-privilege", "shared-mounts-writable"))
 
 
 @pytest.mark.parametrize("rule", sorted(MUTATIONS))
@@ -362,12 +367,13 @@ RUNTIME = "runtime-version-declared"
 BLOCK = "worker-block-size-is-vllms"  # gb200 pins --block-size 64 (vLLM raises it to 768), gb300 sets none
 MIGRATION = "frontend-migrates-requests"   # every upstream K3 frontend runs Dynamo's default, migration off
 ZONE = "frontend-in-workers-zone"   # no upstream K3 frontend is kept in its workers' zone
+QOS = "serving-containers-request-resources"   # requests only on disagg-gb200 and agg-gb200's worker
 UPSTREAM_PINS = {
     "agg-gb200-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (ZONE, "Frontend"),
-                          (RUNTIME, "VllmDecodeWorker"), (BLOCK, "VllmDecodeWorker")},
+                          (RUNTIME, "VllmDecodeWorker"), (BLOCK, "VllmDecodeWorker"), (QOS, "Frontend")},
     "agg-gb300-agentic": {("tp-group-pinned-to-clique", "VllmDecodeWorker"), (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (ZONE, "Frontend"),
                           (RUNTIME, "VllmDecodeWorker"), ("model-path-under-cache-mount", "VllmDecodeWorker"),
-                          (BLOCK, "VllmDecodeWorker")},
+                          (BLOCK, "VllmDecodeWorker"), (QOS, "Frontend"), (QOS, "VllmDecodeWorker")},
     "disagg-gb200-agentic": {("tp-group-pinned-to-clique", "Prefill"), ("tp-group-pinned-to-clique", "Decode"),
                              ("ucx-settings-consistent", "Prefill"), ("ucx-settings-consistent", "Decode"),
                              (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (ZONE, "Frontend"), (RUNTIME, "Prefill"), (RUNTIME, "Decode"),
@@ -377,7 +383,8 @@ UPSTREAM_PINS = {
                              ("model-path-under-cache-mount", "PrefillWorker"),
                              ("model-path-under-cache-mount", "DecodeWorker"),
                              (RUNTIME, "Frontend"), (MIGRATION, "Frontend"), (ZONE, "Frontend"), (RUNTIME, "PrefillWorker"), (RUNTIME, "DecodeWorker"),
-                             (BLOCK, "PrefillWorker"), (BLOCK, "DecodeWorker")},
+                             (BLOCK, "PrefillWorker"), (BLOCK, "DecodeWorker"),
+                             (QOS, "Frontend"), (QOS, "PrefillWorker"), (QOS, "DecodeWorker")},
 }
 
 

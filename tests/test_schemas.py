@@ -57,10 +57,10 @@ def test_core_objects_validate_against_kubernetes_schemas(stack, rendered):
             and not o["apiVersion"].startswith("monitoring.coreos.com/")]
     # eks stacks add the static PersistentVolumes that bind the weights bucket and the compile cache, and the
     # DaemonSet that pre-pulls the runtime image onto the GPU nodes; the fabric preflight adds a headless Service;
-    # the graph-ready Job its ServiceAccount, Role and RoleBinding
+    # the graph-ready Job its ServiceAccount, Role and RoleBinding; the weights-prefetch peers their NetworkPolicy
     assert {o["kind"] for o in core} == {"Namespace", "Secret", "ConfigMap", "PersistentVolumeClaim", "Job",
                                          "PersistentVolume", "Service", "DaemonSet", "ServiceAccount", "Role",
-                                         "RoleBinding"}
+                                         "RoleBinding", "NetworkPolicy"}
     for obj in core:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 

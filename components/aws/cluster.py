@@ -145,6 +145,7 @@ class GpuCluster(pulumi.ComponentResource):
         # role, which has no CNI policy. So the GPU nodes do not wait for it; they take minutes to boot, it does not.
         self.vpc_cni = aws.eks.Addon(f"{name}-vpc-cni", cluster_name=self.cluster.name, addon_name="vpc-cni",
                                      service_account_role_arn=cni_role.arn, resolve_conflicts_on_create="OVERWRITE",
+                                     configuration_values=spec.VPC_CNI_CONFIGURATION,
                                      resolve_conflicts_on_update="PRESERVE", tags=tags, opts=child(*cni_policy))
         self.kube_proxy = aws.eks.Addon(f"{name}-kube-proxy", cluster_name=self.cluster.name, addon_name="kube-proxy",
                                         addon_version=spec.addon_version(c.kubernetes_version, "kube-proxy"),

@@ -12,6 +12,7 @@ from kimi_k3 import aws as spec
 from kimi_k3 import manifests
 from kimi_k3.config import StorageConfig
 from kimi_k3.critical_path import FETCHER_ROLE
+from kimi_k3.images import runtime_user
 
 from .iam import Oidc, service_account_role
 
@@ -277,7 +278,13 @@ class ModelStorage(pulumi.ComponentResource):
             **self._controller_identity(f"{name}-efs-csi-controller", "efs", args, tags),
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.wait_for))
         claim = manifests.NAMES["compile_cache"]
-        pv = spec.static_pv(claim, manifests.COMPILE_CACHE_GI, CSI["efs"][1], fs.id, {}, args.claim_namespace, claim,
+        # Writable by the workers' uid (their image's USER, runtime_user()): every request through the access point.
+        uid, gid = runtime_user()
+        ap = aws.efs.AccessPoint(f"{name}-compile-cache-ap", **spec.compile_cache_access_point(fs.id, uid, gid),
+                                 tags={**tags, "Name": f"{name}-compile-cache"}, opts=pulumi.ResourceOptions(
+                                     parent=self, depends_on=targets))
+        handle = pulumi.Output.all(fs.id, ap.id).apply(lambda a: spec.efs_access_point_handle(a[0], a[1]))
+        pv = spec.static_pv(claim, manifests.COMPILE_CACHE_GI, CSI["efs"][1], handle, {}, args.claim_namespace, claim,
                             args.efs_mount_options)
         volume = k8s.core.v1.PersistentVolume(f"{name}-compile-cache-pv", metadata=pv["metadata"], spec=pv["spec"],
                                               opts=pulumi.ResourceOptions(parent=self, provider=provider))
@@ -286,4 +293,4 @@ class ModelStorage(pulumi.ComponentResource):
             f"{name}-compile-cache-pvc", metadata=pvc["metadata"], spec=pvc["spec"],
             opts=pulumi.ResourceOptions(parent=self, provider=provider,
                                         depends_on=[volume, *([args.namespace] if args.namespace else [])]))
-        self.compile_cache_ready = [fs, *targets, addon, volume, self.compile_cache_claim]
+        self.compile_cache_ready = [fs, *targets, ap, addon, volume, self.compile_cache_claim]

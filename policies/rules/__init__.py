@@ -1,5 +1,5 @@
 """Deployment rules for Dynamo + vLLM graphs: pure functions over Kubernetes objects, one module per family
-(topology, model_path, kv_transport, safety, upgrades, autoscaling; shared helpers in base). This module is the registry.
+(topology, model_path, kv_transport, safety, upgrades, autoscaling, storage, qos; shared helpers in base). This module is the registry.
 
 One implementation, two front ends: the CrossGuard pack (`policies/__main__.py`) and the offline
 checker (`kimi-k3 check`). Importing this module has no side effects.
@@ -27,6 +27,8 @@ from policies.rules.access import check_aws_least_privilege
 from policies.rules.autoscaling import check_planner_owns_worker_replicas
 from policies.rules.observability import check_alerts_match_metric_units, check_smoke_probe_spans_kv_block
 from policies.rules.placement import check_frontend_in_workers_zone
+from policies.rules.storage import check_shared_mounts_writable
+from policies.rules.qos import check_serving_containers_request_resources
 from policies.rules.safety import check_hf_token_from_secret, check_graph_await_reports_failure, check_pods_run_on_image_arch, check_job_await_reports_failure, check_images_pinned, check_model_cache_retained, check_runtime_version_declared, check_serving_containers_unprivileged, check_startup_budget_covers_load
 
 
@@ -130,6 +132,11 @@ RULES: tuple[Rule, ...] = (
     _rule("model-cache-retained", "The model-cache PVC and filesystem are retainOnDelete (never deleted by "
           "Pulumi); the PVC is not protect, so teardown passes.",
           check_model_cache_retained, scope="stack"),
+    _rule("shared-mounts-writable", "Every writable mount of a shared filesystem (EFS, NFS, FSx; subPaths included) "
+          "can be written by the uid that runs (image USER + securityContext + how the volume is prepared, e.g. an "
+          "EFS access point's POSIX user and root directory).", check_shared_mounts_writable, scope="stack"),
+    _rule("serving-containers-request-resources", "No serving component is BestEffort: each requests cpu or memory.",
+          check_serving_containers_request_resources),
 )
 RULES_BY_NAME = {r.name: r for r in RULES}
 
