@@ -810,6 +810,19 @@ def check_download_timeout(cfg: StackConfig) -> None:
                           f"{kind}); allowed: {math.ceil(need)} or more, or a faster storage setting")
 
 
+def namespaced(config: dict[str, Any], label: str) -> dict[str, Any]:
+    """A stack file's `config:` with bare keys in the project's namespace, as Pulumi reads it
+    (pulumi/pulumi sdk/go/common/workspace/loaders.go stackConfigNamespacedWithProject)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        full = key if ":" in str(key) else f"{NAMESPACE}:{key}"
+        if full in out or (full != key and full in config):  # Pulumi would keep one of the two at random (a Go map)
+            raise ConfigError(f"{label}: {key!r} and {full!r} are the same key (Pulumi puts a bare key in the "
+                              "project's namespace); allowed: one of them")
+        out[full] = value
+    return out
+
+
 def parse_stack_config(raw: dict[str, Any], secret_keys: set[str]) -> StackConfig:
     """Validate a `{"kimi-k3:key": value}` mapping (values may be JSON strings, as Pulumi passes them).
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import yaml_strict
-from .config import ConfigError, StackConfig, parse_stack_config
+from .config import ConfigError, StackConfig, namespaced, parse_stack_config
 from .errors import UserError, did_you_mean, read_text
 from .graph import ServingGraph, build_graph
 
@@ -69,7 +69,11 @@ def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
                          "(see the README's configuration reference)")
     config: dict[str, str] = {}
     secrets: set[str] = set()
-    for key, value in (doc.get("config") or {}).items():
+    try:
+        doc_config = namespaced(doc.get("config") or {}, path.name)
+    except ConfigError as err:
+        raise StackError(str(err)) from None
+    for key, value in doc_config.items():
         if isinstance(value, dict) and set(value) == {"secure"}:
             config[key], _ = SECRET_PLACEHOLDER, secrets.add(key)
         else:

@@ -97,6 +97,9 @@ def _load(path: Path, what: str) -> dict[str, Any]:
     doc = yaml_strict.load(read_text(path, what), str(path)) or {}  # as pulumi will read it
     if not isinstance(doc, dict):
         raise UserError(f"{path}: allowed: a stack config mapping (config:, encryptionsalt: ...)")
+    if isinstance(doc.get("config"), dict):
+        from .config import namespaced
+        doc["config"] = namespaced(doc["config"], str(path))  # bare keys are the project's, as pulumi reads them
     return doc
 
 

@@ -96,6 +96,9 @@ CASES = {
     "unquoted date becomes a timestamp": StackCase(
         "gb300", sub(r"^    asOf: .*$", "    asOf: 2026-10-01"),
         ["kimi-k3:pricing.asOf", "2026-10-01 00:00:00 +0000 UTC", "timestamp", 'quote it in the stack file, e.g. "2026-10-01"']),
+    "a key both bare and namespaced": StackCase(
+        "gb300", replace("  kimi-k3:recipe: gb300", "  kimi-k3:recipe: gb300\n  recipe: gb200"),
+        ["Pulumi.bad.yaml", "'recipe' and 'kimi-k3:recipe' are the same key", "allowed: one of them"]),
     # ------------------------------------------------------------------------ class 3: every key validated
     "estimates: unknown step": StackCase(
         "gb300", append("  kimi-k3:estimates:\n    seconds:\n      gpu_nodegroup: 60\n"),
@@ -227,6 +230,14 @@ def test_pd_ratio_unquoted_is_the_ratio(project):
     assert cfg.serving.pd_ratio == "2:1"
 
 
+def test_bare_keys_are_the_projects(project):
+    """`recipe: gb300` under `config:` is kimi-k3:recipe to Pulumi (bare keys take the project's namespace)."""
+    text = (project / "Pulumi.gb300-disagg.yaml").read_text()
+    (project / "Pulumi.bad.yaml").write_text(replace("  kimi-k3:recipe:", "  recipe:")(text))
+    stack_file = read_stack_config("bad", project)
+    assert parse_stack_config(stack_file.config, stack_file.secrets).recipe == "gb300-disagg"
+
+
 # ------------------------------------------------------------------------------------------- recipe files
 @pytest.mark.parametrize("recipe, edit, stack, expect", [
     ("gb300.yaml", replace("maxModelLen: ", "maxModelLen: 1\nmaxModelLen: "), "gb300",
@@ -299,6 +310,17 @@ def test_per_user_file_read_strictly(tmp_path):
         (tmp_path / name).symlink_to(ROOT / name)
     (tmp_path / "Pulumi.gb300.yaml").write_text((ROOT / "Pulumi.gb300.yaml").read_text() + SECOND_PRICING)
     with pytest.raises(UserError, match=r"Pulumi.gb300.yaml line \d+: key 'kimi-k3:pricing' is already defined"):
+        user_config.refresh(tmp_path, "gb300")
+    assert not (tmp_path / user_config.USER_DIR).exists()
+
+
+def test_per_user_key_written_bare_is_still_per_user(tmp_path):
+    """A bare `hfToken:` in the shared file is kimi-k3:hfToken to Pulumi: refused there like the namespaced one."""
+    from kimi_k3 import user_config
+    for name in ("Pulumi.yaml", "__main__.py"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    (tmp_path / "Pulumi.gb300.yaml").write_text((ROOT / "Pulumi.gb300.yaml").read_text() + "  hfToken: hf_abc\n")
+    with pytest.raises(UserError, match="kimi-k3:hfToken is set in the shared stack file"):
         user_config.refresh(tmp_path, "gb300")
     assert not (tmp_path / user_config.USER_DIR).exists()
 
