@@ -5,14 +5,18 @@ set. Their values stay Pulumi Outputs and reach Kubernetes through a Secret.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
+import math
+import re
+import typing
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import workload
 from .data import recipe_file
-from .errors import UserError, did_you_mean
+from .errors import UserError, did_you_mean, shown
 
 NAMESPACE = "kimi-k3"  # the project name (Pulumi.yaml): Pulumi passes `kimi-k3:<key>` to this program
 # Other config namespaces a stack file may use: the providers this program creates, and Pulumi's own.
@@ -37,6 +41,12 @@ def allowed_as(regex: str, allowed: str) -> str:
     return regex
 
 
+INSTANCE_TYPE = allowed_as(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$", "an EC2 instance type FAMILY.SIZE, e.g. m7i.8xlarge")
+InstanceType = Annotated[str, Field(pattern=INSTANCE_TYPE)]
+Zone = Annotated[str, Field(pattern=allowed_as(r"^[a-z]{2}(-[a-z]+)+-\d([a-z]|(-[a-z0-9]+)+)$",
+                                               "an availability or Local Zone name, e.g. us-east-1a or us-east-1-dfw-2a"))]
+PrincipalArn = Annotated[str, Field(pattern=allowed_as(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:[\w+=,.@/-]+$",
+                                                       "an IAM role or user ARN, e.g. arn:aws:iam::123456789012:role/admin"))]
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
@@ -49,31 +59,66 @@ class ConfigError(UserError):
     """One clear, user-facing configuration error (key, value, what is allowed)."""
 
 
+MAX_TEXT = 4096  # longest text any key takes (a flag's JSON value is ~200): a pasted blob is refused, cut when shown
+YAML11_BOOLS = {"y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off", "OFF"}
+
+
+def _scalar_kind(annotation: Any) -> Any:
+    """bool, int or float for a field of that type (or Optional of it), else None."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] if typing.get_origin(annotation) is Union \
+        else [annotation]
+    return args[0] if len(args) == 1 and args[0] in (bool, int, float) else None
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    # Finite numbers only (an .inf price printed "$inf"); no text longer than MAX_TEXT.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False,
+                              str_max_length=MAX_TEXT)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _typed_scalars(cls, v: Any, info: Any) -> Any:
+        """true/false only where a boolean goes, and never where a number goes (pydantic would take 'yes' and 1 as
+        true, and true as 1): Pulumi reads stack files as YAML 1.2, where yes/no/on/off are text."""
+        kind = _scalar_kind(cls.model_fields[info.field_name].annotation)
+        if kind is bool and v is not None and not isinstance(v, bool):
+            hint = (" (Pulumi reads stack files as YAML 1.2, where yes, no, on and off are text)"
+                    if isinstance(v, str) and v in YAML11_BOOLS else "")
+            raise ValueError(f"allowed: true or false{hint}")
+        if kind in (int, float) and isinstance(v, bool):
+            raise ValueError("allowed: a number, not true/false")
+        return v
 
 
 class SystemNodesConfig(Strict):
     """`kimi-k3:cluster.systemNodes`: the node group for controllers and the weights download Job (eks mode)."""
 
-    instance_type: str = Field("m7i.8xlarge", alias="instanceType",
+    instance_type: InstanceType = Field("m7i.8xlarge", alias="instanceType",
                                description="12.5 Gbps network: the download Job runs here, at ~1.2 GB/s")
     ami_type: str = Field("AL2023_x86_64_STANDARD", alias="amiType")
     count: int = Field(2, ge=1, le=50)
     disk_gib: int = Field(200, alias="diskGiB", ge=20)
 
+    @field_validator("ami_type")
+    @classmethod
+    def _known_ami(cls, v: str) -> str:
+        known = sorted(recipe_file("aws.yaml")["ami_types"])  # the GPU group's is checked in aws.gpu_node_plan
+        if v not in known:
+            raise ValueError(f"unknown AMI type{did_you_mean(v, known)}; allowed: {', '.join(known)}")
+        return v
+
 
 class GpuNodesConfig(Strict):
     """`kimi-k3:cluster.gpuNodes`: the GPU node group (eks mode). Its size comes from the recipe."""
 
-    instance_type: Optional[str] = Field(None, alias="instanceType",
+    instance_type: Optional[InstanceType] = Field(None, alias="instanceType",
                                          description="default: p6e-<platform>.36xlarge for the recipe's platform")
     ami_type: str = Field("AL2023_ARM_64_NVIDIA", alias="amiType")
     capacity_type: Optional[Literal["CAPACITY_BLOCK", "ON_DEMAND"]] = Field(
         None, alias="capacityType", description="default: CAPACITY_BLOCK for types sold only as Capacity Blocks")
     capacity_reservation_id: Optional[str] = Field(None, alias="capacityReservationId", pattern=allowed_as(r"^cr-[0-9a-f]{8,17}$", "cr- then 8-17 lower-case hex digits, e.g. cr-0123456789abcdef0"),
                                                    description="the Capacity Block's reservation id (cr-...)")
-    availability_zone: str = Field("us-east-1-dfw-2a", alias="availabilityZone",
+    availability_zone: Zone = Field("us-east-1-dfw-2a", alias="availabilityZone",
                                    description="zone of the reservation (p6e-gb200 Capacity Blocks: Dallas Local Zone)")
     ultra_server_nodes: Literal[9, 18] = Field(18, alias="ultraServerNodes",
                                                description="instances per UltraServer: 9 (x36) or 18 (x72)")
@@ -99,16 +144,16 @@ class ClusterConfig(Strict):
     mode: Literal["eks", "existing", "render"] = Field(
         "render", description="`eks`: build VPC, EKS, node groups, storage and add-ons on AWS; "
         "`existing`: a cluster from kubeconfig/context; `render`: write YAML to renderDir, no cluster")
-    context: Optional[str] = Field(None, description="kubeconfig context (existing mode); the kubeconfig itself is the secret `kimi-k3:kubeconfig` or $KUBECONFIG")
-    render_dir: str = Field("rendered", alias="renderDir", description="directory for manifests in render mode")
+    context: Optional[str] = Field(None, min_length=1, description="kubeconfig context (existing mode); the kubeconfig itself is the secret `kimi-k3:kubeconfig` or $KUBECONFIG")
+    render_dir: str = Field("rendered", alias="renderDir", min_length=1, description="directory for manifests in render mode")
     efa_devices_per_node: Optional[int] = Field(None, alias="efaDevicesPerNode", ge=0,
                                                 description="existing/render: EFA devices per GPU node (eks mode: from the instance type)")
     region: str = Field("us-east-1", pattern=allowed_as(r"^[a-z]{2}(-[a-z]+)+-\d$", "an AWS region name, e.g. us-east-1"))
     kubernetes_version: str = Field("1.34", alias="kubernetesVersion", pattern=allowed_as(r"^1\.\d+$", "a quoted Kubernetes minor version, e.g. \"1.34\""))
     vpc_cidr: str = Field("10.64.0.0/16", alias="vpcCidr", pattern=allowed_as(r"^\d+\.\d+\.\d+\.\d+/16$", "an IPv4 /16 CIDR, e.g. 10.64.0.0/16"))
-    availability_zones: list[str] = Field(["us-east-1a", "us-east-1b"], alias="availabilityZones", min_length=2, max_length=3,
+    availability_zones: list[Zone] = Field(["us-east-1a", "us-east-1b"], alias="availabilityZones", min_length=2, max_length=3,
                                           description="zones of the control plane and system nodes (EKS needs two)")
-    admin_principal_arns: list[str] = Field(default_factory=list, alias="adminPrincipalArns",
+    admin_principal_arns: list[PrincipalArn] = Field(default_factory=list, alias="adminPrincipalArns",
                                             description="IAM principals given cluster-admin access entries")
     public_access_cidrs: list[str] = Field(
         default_factory=list, alias="publicAccessCidrs",
@@ -137,10 +182,28 @@ class ClusterConfig(Strict):
                              f"eks_addon_versions); allowed: {', '.join(sorted(pinned))}, or add a row with its sources")
         return v
 
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _vpc_cidr(cls, v: str) -> str:
+        try:
+            net = ipaddress.IPv4Network(v)
+        except ValueError as exc:
+            raise ValueError(f"not an IPv4 network ({exc}); allowed: a private /16 such as 10.64.0.0/16") from None
+        if not any(net.subnet_of(ipaddress.IPv4Network(r)) for r in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")):
+            raise ValueError("not a private range (RFC 1918); allowed: a /16 in 10.0.0.0/8, 172.16.0.0/12 or "
+                             "192.168.0.0/16, e.g. 10.64.0.0/16")
+        return v
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _zones(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("a zone listed twice; allowed: two or three different zones, e.g. [us-east-1a, us-east-1b]")
+        return v
+
     @field_validator("public_access_cidrs")
     @classmethod
     def _cidrs(cls, v: list[str]) -> list[str]:
-        import ipaddress
         for cidr in v:
             try:
                 ipaddress.IPv4Network(cidr)
@@ -202,7 +265,7 @@ class S3Config(Strict):
 
     fetchers: int = Field(4, ge=1, le=32, description="EC2 instances that download disjoint shares of the checkpoint "
                           "from the Hub into the bucket, in parallel")
-    fetcher_instance_type: str = Field("m6in.8xlarge", alias="fetcherInstanceType",
+    fetcher_instance_type: InstanceType = Field("m6in.8xlarge", alias="fetcherInstanceType",
                                        description="x86_64 type of each fetcher, >= 128 GiB memory (staging is "
                                        "a 110 GiB tmpfs); m6in.8xlarge: 32 vCPU, 128 GiB, 50 Gbps network")
 
@@ -284,6 +347,17 @@ class EstimatesConfig(Strict):
                                                   description="Local Zone <-> Region bandwidth for all GPU nodes, GB/s")
     seconds: dict[str, float] = Field(default_factory=dict, description="per-key duration overrides")
 
+    @field_validator("seconds")
+    @classmethod
+    def _known_steps(cls, v: dict[str, float]) -> dict[str, float]:
+        known = sorted(recipe_file("durations.yaml")["seconds"])  # an unknown step would be silently unused
+        for step, value in v.items():
+            if step not in known:
+                raise ValueError(f"unknown step {shown(step)}{did_you_mean(step, known)}; allowed: {', '.join(known)}")
+            if value < 0:
+                raise ValueError(f"seconds.{step} = {value:g}: a duration; allowed: 0 or more seconds")
+        return v
+
 
 class ModelConfig(Strict):
     """`kimi-k3:model`: which checkpoint, and where it lives in the cache."""
@@ -292,12 +366,70 @@ class ModelConfig(Strict):
     # A commit, never a branch or tag: `main` moves, and every fetcher, check and node copy must see the same bytes.
     revision: Optional[str] = Field(None, pattern=allowed_as(r"^[0-9a-f]{40}$", "the 40-hex commit sha of the Hub repository (a branch or tag such as main moves), e.g. the sha `hf api` / the repo's commit history shows"),
                                     description="Hugging Face commit sha (40 hex); required: the weights are pinned")
-    served_model_name: str = Field("moonshotai/Kimi-K3", alias="servedModelName")
+    served_model_name: str = Field("moonshotai/Kimi-K3", alias="servedModelName", pattern=allowed_as(
+        r"^[A-Za-z0-9_][A-Za-z0-9_./:-]*$", "a model name of letters, digits, '_', '.', '/', ':', '-', e.g. "
+        "moonshotai/Kimi-K3 (clients send it as `model`)"), max_length=256)
     cache_mount_path: str = Field("/model-cache", alias="cacheMountPath", pattern=allowed_as(r"^/[\w./-]*$", "an absolute path of letters, digits, '.', '_', '-', e.g. /model-cache"))
     download_image: str = Field("python:3.12.11-slim-bookworm", alias="downloadImage",
                                 description="image for the download Job (Docker Hub official python image)")
+
+    @field_validator("cache_mount_path")
+    @classmethod
+    def _own_directory(cls, v: str) -> str:
+        parts = v.rstrip("/").split("/")[1:]
+        if not parts or any(p in ("", ".", "..") for p in parts):
+            raise ValueError("allowed: a directory of its own, e.g. /model-cache (not /, no '.', '..' or '//'): "
+                             "the volume is mounted over it and hides what the image has there")
+        if parts[0] in SYSTEM_DIRS:
+            raise ValueError(f"/{parts[0]} belongs to the image or the kubelet; allowed: a directory of its own, "
+                             "e.g. /model-cache")
+        return v
+
+    @field_validator("download_image")
+    @classmethod
+    def _download_pinned(cls, v: str) -> str:
+        from .images import pin_problem
+        problem = pin_problem(v)
+        if problem:
+            raise ValueError(f"{problem}; allowed: a version tag or a digest, e.g. python:3.12.11-slim-bookworm")
+        return v
     hub_version: str = Field("1.16.4", alias="hubVersion", pattern=allowed_as(r"^\d+\.\d+\.\d+$", "a version MAJOR.MINOR.PATCH, e.g. 1.16.4"),
                              description="huggingface_hub version the Job installs (upstream model-download.yaml pins 1.16.4)")
+
+
+# Top-level directories a volume mount would hide or that the kubelet owns (the Linux FHS, Kubernetes' /var/run).
+SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "proc", "run", "sbin", "sys", "usr", "var"}
+FLAG_NAME = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")  # Kubernetes' rule for env var names (IsEnvVarName)
+
+
+def check_flags(v: dict[str, FlagValue]) -> dict[str, FlagValue]:
+    """A flag map of a role or the frontend: long flag names; no negative numbers, empty text or NaN as values."""
+    for flag, value in v.items():
+        if not FLAG_NAME.match(flag):
+            raise ValueError(f"extra arg {shown(flag)} must be a long flag starting with '--' (lower-case letters, "
+                             "digits and '-'; its value goes in the value, not after '=')")
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
+            if not value.strip():
+                raise ValueError(f"{flag} = {shown(value)}: empty; allowed: a value, true for a bare flag, or null "
+                                 "to drop it")
+        if number is not None and (not math.isfinite(number) or number < 0):
+            raise ValueError(f"{flag} = {shown(value)}: vLLM and Dynamo take counts, sizes and fractions here; "
+                             "allowed: a finite number >= 0")
+    return v
+
+
+def check_env(v: dict[str, Optional[str]]) -> dict[str, Optional[str]]:
+    for name in v:
+        if not ENV_NAME.match(name):
+            raise ValueError(f"env name {shown(name)}: allowed: letters, digits, '_', '-', '.', not starting with a "
+                             "digit (Kubernetes refuses others)")
+    return v
 
 
 class RoleOverride(Strict):
@@ -312,13 +444,8 @@ class RoleOverride(Strict):
     extra_args: dict[str, FlagValue] = Field(default_factory=dict, alias="extraArgs")
     env: dict[str, Optional[str]] = Field(default_factory=dict)
 
-    @field_validator("extra_args")
-    @classmethod
-    def _flags(cls, v: dict[str, FlagValue]) -> dict[str, FlagValue]:
-        for flag in v:
-            if not flag.startswith("--"):
-                raise ValueError(f"extra arg {flag!r} must be a long flag starting with '--'")
-        return v
+    _flags = field_validator("extra_args")(classmethod(lambda cls, v: check_flags(v)))
+    _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
 
 
 class FrontendOverride(Strict):
@@ -327,6 +454,9 @@ class FrontendOverride(Strict):
     migration_limit: Optional[int] = Field(None, alias="migrationLimit", ge=0, le=2**32 - 1)
     extra_args: dict[str, FlagValue] = Field(default_factory=dict, alias="extraArgs")
     env: dict[str, Optional[str]] = Field(default_factory=dict)
+
+    _flags = field_validator("extra_args")(classmethod(lambda cls, v: check_flags(v)))
+    _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
 
 
 class RolloutConfig(Strict):
@@ -410,6 +540,15 @@ class AutoscalingConfig(Strict):
         None, alias="prometheusEndpoint", pattern=allowed_as(r"^https?://[^\s]+$", "an http(s) URL, e.g. http://prometheus.monitoring.svc:9090"),
         description="Prometheus that scrapes the frontend; default with kimi-k3:monitoring.stack install: its own")
     image: Optional[str] = Field(None, min_length=1, description="planner image; default: recipes/autoscaling.yaml")
+
+    @field_validator("image")
+    @classmethod
+    def _planner_pinned(cls, v: Optional[str]) -> Optional[str]:
+        from .images import pin_problem
+        problem = v is not None and pin_problem(v)
+        if problem:
+            raise ValueError(f"{problem}; allowed: a version tag or a digest")
+        return v
 
     @field_validator("min_replicas")
     @classmethod
@@ -496,6 +635,7 @@ def addon_key(field_name: str) -> str:
 def _key_of(loc: tuple[Any, ...]) -> str:
     """pydantic location -> the config key a user types, e.g. kimi-k3:serving.roles.decode.replicas."""
     names = [str(p) for p in loc if not str(p).startswith(("function-", "literal["))]
+    names = [n if len(n) <= 80 else f"{n[:80]}... ({len(n):,} characters)" for n in names]  # a pasted blob as a key
     if not names:
         return f"{NAMESPACE}:<stack>"
     return f"{NAMESPACE}:{names[0]}" + "".join(f".{n}" for n in names[1:])
@@ -506,15 +646,45 @@ def _yaml_number_hint(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return ""
     return (f" (YAML read the unquoted value as the number {value!r}"
-            + (", dropping trailing zeros: 1.30 becomes 1.3" if isinstance(value, float) else "")
-            + "; quote it in the stack file, e.g. \"1.30\")")
+            + (", dropping trailing zeros: 1.30 becomes 1.3; quote it in the stack file, e.g. \"1.30\")"
+               if isinstance(value, float) else f"; quote it in the stack file, e.g. \"{value}\")"))
+
+
+GO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)? [-+]\d{4} ")  # yaml_strict: an unquoted timestamp
+
+
+def _yaml_text_hint(value: Any) -> str:
+    """Why text reached a number field or broke a pattern: YAML 1.2 words and timestamps, as Pulumi reads them."""
+    if isinstance(value, str) and value in YAML11_BOOLS:
+        return f" (Pulumi reads stack files as YAML 1.2, where {value} is text, not a boolean)"
+    if isinstance(value, str) and GO_TIME.match(value):
+        return (f" (YAML read the unquoted date as a timestamp, which Pulumi passes as {value!r}; quote it in the "
+                f"stack file, e.g. \"{value[:10]}\")")
+    return ""
+
+
+def echo(value: Any, limit: int = 120) -> str:
+    """A value as JSON for a message, cut to `limit` characters with a note of its length."""
+    text = json.dumps(value, default=str)
+    if len(text) <= limit:
+        return text
+    length = len(value) if isinstance(value, (str, list, dict)) else len(text)
+    unit = "characters" if isinstance(value, str) else "items" if isinstance(value, (list, dict)) else "characters"
+    return f"{text[:limit]}... ({length:,} {unit})"
 
 
 def _message(e: dict[str, Any], siblings: list[str]) -> str:
     """One validation error in words: what is wrong and what is allowed (never a raw regex)."""
     kind, msg, ctx = e["type"], e["msg"].removeprefix("Value error, "), e.get("ctx") or {}
     if kind == "string_pattern_mismatch":
-        return "allowed: " + PATTERN_ALLOWED.get(ctx.get("pattern", ""), f"a value matching {ctx.get('pattern')}")
+        return "allowed: " + PATTERN_ALLOWED.get(ctx.get("pattern", ""), f"a value matching {ctx.get('pattern')}") \
+            + _yaml_text_hint(e.get("input"))
+    if kind in ("int_parsing", "float_parsing", "int_type", "float_type"):
+        return msg + _yaml_text_hint(e.get("input"))
+    if kind == "finite_number":
+        return "allowed: a finite number (not .inf, inf or nan)"
+    if kind == "string_too_long":
+        return f"allowed: at most {ctx.get('max_length')} characters"
     if kind == "string_type":
         return "must be text" + _yaml_number_hint(e.get("input"))
     if kind == "literal_error":
@@ -560,7 +730,7 @@ def format_validation_error(err: ValidationError, model: Any = None) -> str:
             lines.append(f"{key}: required but not set")
         else:
             siblings = _field_names(model, (*e["loc"], "")) if model is not None else []
-            lines.append(f"{key} = {json.dumps(e.get('input'), default=str)}: {_message(e, siblings)}")
+            lines.append(f"{key} = {echo(e.get('input'))}: {_message(e, siblings)}")
     return "invalid stack configuration:\n  " + "\n  ".join(lines)
 
 
@@ -583,11 +753,77 @@ def check_modes(cfg: StackConfig) -> None:
     if cfg.storage.compile_cache == "efs" and (mode != "eks" or kind == "existing"):
         raise ConfigError(f"kimi-k3:storage.compileCache = 'efs': created by this program only in kimi-k3:cluster.mode "
                           f"eks with a storage kind it creates (mode {mode!r}, kind {kind!r}); allowed here: none")
+    st = cfg.storage
+    if kind != "existing" and (st.storage_class or st.provisioner):
+        key = "storageClass" if st.storage_class else "provisioner"
+        raise ConfigError(f"kimi-k3:storage.{key} = {shown(st.storage_class or st.provisioner)}: used only with "
+                          f"kimi-k3:storage.kind existing; kind {kind!r} creates its own volume and would ignore it; "
+                          "allowed: remove it, or kind existing")
+    for block, owner in (("fsx", "fsx-lustre"), ("efs", "efs"), ("s3", "s3")):
+        if block in st.model_fields_set and kind != owner:
+            raise ConfigError(f"kimi-k3:storage.{block}: settings of storage kind {owner}, but kind is {kind!r} and "
+                              f"would ignore them; allowed: remove kimi-k3:storage.{block}, or kind {owner}")
+    if st.node_local_weights and mode != "eks":
+        raise ConfigError(f"kimi-k3:storage.nodeLocalWeights = true: only eks mode knows the GPU nodes' instance "
+                          f"store (mode is {mode!r}); allowed here: false")
+    if mode == "eks" and cfg.cluster.efa_devices_per_node is not None:
+        raise ConfigError(f"kimi-k3:cluster.efaDevicesPerNode = {cfg.cluster.efa_devices_per_node}: eks mode takes "
+                          "EFA devices from the instance type and would ignore it; allowed: remove it (or mode existing)")
+    sv = cfg.serving
+    if sv.ready_timeout_seconds < sv.startup_probe_seconds:
+        raise ConfigError(f"kimi-k3:serving.readyTimeoutSeconds = {sv.ready_timeout_seconds}: `pulumi up` would stop "
+                          f"waiting before the workers' startup probe (kimi-k3:serving.startupProbeSeconds = "
+                          f"{sv.startup_probe_seconds}) gives up; allowed: {sv.startup_probe_seconds} or more")
+    check_download_timeout(cfg)
     if mode == "render":
         for key, addon in cfg.platform:
             if addon.install:
                 raise ConfigError(f"kimi-k3:platform.{addon_key(key)}.install = true: helm releases need a cluster; "
                                   "allowed in render mode: false (the add-on is assumed present)")
+
+
+def check_download_timeout(cfg: StackConfig) -> None:
+    """downloadTimeoutSeconds must fit the checkpoint at the rated rate of the download and the storage it fills."""
+    from . import planner  # planner reads this module's types
+    st, kind = cfg.storage, cfg.storage.resolved_kind
+    if kind == "fsx-lustre" and st.fsx.s3_import_path:
+        return  # pre-staged: the Job only verifies
+    d, facts = recipe_file("durations.yaml"), recipe_file("storage.yaml")
+    checkpoint = planner.checkpoint_bytes(planner.load_model_facts())
+    start = 0.0
+    if kind == "s3":
+        rate = st.s3.fetchers * (cfg.estimates.download_gbps or d["download_gbps"])
+        start = {**d["seconds"], **cfg.estimates.seconds}["fetcher_start"]
+        what = f"{st.s3.fetchers} fetchers at {cfg.estimates.download_gbps or d['download_gbps']:g} GB/s each"
+    else:
+        rate = cfg.estimates.download_gbps or d["download_job_gbps"]
+        what = f"the download Job at {rate:g} GB/s (recipes/durations.yaml download_job_gbps)"
+        if kind == "fsx-lustre":
+            fsx = st.fsx.storage_capacity_gib / 1024 * st.fsx.per_unit_storage_throughput / 1000
+            if fsx < rate:
+                rate, what = fsx, (f"FSx for Lustre {st.fsx.storage_capacity_gib} GiB x "
+                                   f"{st.fsx.per_unit_storage_throughput} MB/s per TiB")
+        elif kind == "efs" and facts["efs"]["per_client_gbps"] < rate:
+            rate, what = facts["efs"]["per_client_gbps"], "EFS, per client (recipes/storage.yaml)"
+    need = start + checkpoint / (rate * 1e9)
+    timeout = cfg.serving.download_timeout_seconds
+    if timeout < need:
+        raise ConfigError(f"kimi-k3:serving.downloadTimeoutSeconds = {timeout}: the {checkpoint / 1e12:.2f} TB "
+                          f"checkpoint takes at least {need:,.0f} s at {rate:.3g} GB/s ({what}, kimi-k3:storage.kind "
+                          f"{kind}); allowed: {math.ceil(need)} or more, or a faster storage setting")
+
+
+def namespaced(config: dict[str, Any], label: str) -> dict[str, Any]:
+    """A stack file's `config:` with bare keys in the project's namespace, as Pulumi reads it
+    (pulumi/pulumi sdk/go/common/workspace/loaders.go stackConfigNamespacedWithProject)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        full = key if ":" in str(key) else f"{NAMESPACE}:{key}"
+        if full in out or (full != key and full in config):  # Pulumi would keep one of the two at random (a Go map)
+            raise ConfigError(f"{label}: {key!r} and {full!r} are the same key (Pulumi puts a bare key in the "
+                              "project's namespace); allowed: one of them")
+        out[full] = value
+    return out
 
 
 def parse_stack_config(raw: dict[str, Any], secret_keys: set[str]) -> StackConfig:

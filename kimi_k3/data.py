@@ -6,9 +6,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .errors import UserError, read_text, yaml_error_message
+from . import yaml_strict
+from .errors import read_text
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
@@ -17,10 +16,7 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 def _parsed(name: str) -> Any:
     path = RECIPES / name
     text = read_text(path, "recipe file", f"recipes: {', '.join(sorted(p.name for p in RECIPES.glob('*.yaml')))}")
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UserError(yaml_error_message(f"recipes/{name}", exc)) from None
+    return yaml_strict.load(text, f"recipes/{name}")  # read as stack files are: one YAML for the facts and the config
 
 
 def recipe_file(name: str) -> Any:

@@ -19,6 +19,19 @@ def did_you_mean(value: str, allowed: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+SHOWN_CHARS = 120  # an echoed value longer than this is cut, with its length: one line stays one line
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`repr(value)` for a message, cut to `limit` characters with a note of the full length."""
+    text = value if isinstance(value, str) else None
+    out = repr(value)
+    if len(out) <= limit:
+        return out
+    length = f"{len(text):,} characters" if text is not None else f"{len(out):,} characters as text"
+    return out[:limit] + f"... ({length})"
+
+
 def yaml_error_message(path: Path | str, exc: Exception) -> str:
     """A YAML syntax error as `FILE line L, column C: problem` (PyYAML's marks are 0-based)."""
     mark = getattr(exc, "problem_mark", None)

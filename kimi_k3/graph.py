@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Optional
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from .data import recipe_file
 from .images import NODE_ARCHES, image_facts, image_tag, kube_arch, names_runtime_version, pin_problem
@@ -79,6 +79,14 @@ class Recipe(Strict):
     frontend: FrontendRecipe
     worker: WorkerRecipe
     roles: dict[str, RoleRecipe]
+
+    @field_validator("max_model_len")
+    @classmethod
+    def _within_model(cls, v: int) -> int:
+        most = recipe_file("model.yaml")["text"]["max_position_embeddings"]
+        if v > most:  # vLLM refuses a max_model_len past the model's max_position_embeddings
+            raise ValueError(f"beyond Kimi K3's max_position_embeddings {most:,} (recipes/model.yaml); allowed: 1..{most}")
+        return v
 
 
 @dataclass(frozen=True)

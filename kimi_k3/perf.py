@@ -85,11 +85,10 @@ def speculation_from_config(spec: dict[str, Any], acceptance_length: Optional[fl
 @lru_cache(maxsize=None)
 def raw_table() -> dict[str, Any]:
     """recipes/perf-raw.yaml, parsed once (with libyaml when present: the table is ~100 KB)."""
-    import yaml
+    from . import yaml_strict
     from .data import RECIPES
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load((RECIPES / "perf-raw.yaml").read_text(), Loader=loader)
+    return yaml_strict.load((RECIPES / "perf-raw.yaml").read_text(), "recipes/perf-raw.yaml")
 
 
 def _points() -> dict[str, dict[str, Any]]:

@@ -5,10 +5,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from .config import ConfigError, StackConfig, parse_stack_config
-from .errors import UserError, did_you_mean, read_text, yaml_error_message
+from . import yaml_strict
+from .config import ConfigError, StackConfig, namespaced, parse_stack_config
+from .errors import UserError, did_you_mean, read_text
 from .graph import ServingGraph, build_graph
 
 SECRET_PLACEHOLDER = "[secret]"
@@ -65,15 +64,19 @@ def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
     if not path.is_file():
         raise StackError(unknown_stack_message(stack, root))
     try:
-        doc = yaml.safe_load(read_text(path, "stack file")) or {}
-    except yaml.YAMLError as exc:
-        raise StackError(yaml_error_message(path.name, exc)) from None
+        doc = yaml_strict.load(read_text(path, "stack file"), path.name) or {}
+    except UserError as err:
+        raise StackError(str(err)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config") or {}, dict):
         raise StackError(f"{path.name}: allowed: a mapping with a `config:` mapping of `kimi-k3:<key>: value` entries "
                          "(see the README's configuration reference)")
     config: dict[str, str] = {}
     secrets: set[str] = set()
-    for key, value in (doc.get("config") or {}).items():
+    try:
+        doc_config = namespaced(doc.get("config") or {}, path.name)
+    except ConfigError as err:
+        raise StackError(str(err)) from None
+    for key, value in doc_config.items():
         if isinstance(value, dict) and set(value) == {"secure"}:
             config[key], _ = SECRET_PLACEHOLDER, secrets.add(key)
         else:

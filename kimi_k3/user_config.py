@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from .errors import UserError, read_text, yaml_error_message
+from . import yaml_strict
+from .errors import UserError, read_text
 
 USER_DIR = ".pulumi-user"
 # Per-user keys, as `pulumi config set --path` names them. Everything else comes from the tracked stack file.
@@ -93,12 +94,12 @@ def compose(tracked: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
 def _load(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    try:
-        doc = yaml.safe_load(read_text(path, what)) or {}
-    except yaml.YAMLError as exc:
-        raise UserError(yaml_error_message(path, exc)) from None
+    doc = yaml_strict.load(read_text(path, what), str(path)) or {}  # as pulumi will read it
     if not isinstance(doc, dict):
         raise UserError(f"{path}: allowed: a stack config mapping (config:, encryptionsalt: ...)")
+    if isinstance(doc.get("config"), dict):
+        from .config import namespaced
+        doc["config"] = namespaced(doc["config"], str(path))  # bare keys are the project's, as pulumi reads them
     return doc
 
 
