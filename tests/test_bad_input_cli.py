@@ -265,3 +265,109 @@ def test_make_quotes_stack_where_a_shell_sees_it():
              if line.startswith("\t") and "$(STACK)" in line and "echo" not in line]
     assert lines, "no recipe uses $(STACK)?"
     assert [line for line in lines if "$(STACK)" in line.replace("'$(STACK)'", "")] == []
+
+
+# ------------------------------------------------------------------------------------ the first hour (class 8)
+@pytest.mark.parametrize("flag, name", [("--plot", "plan.png"), ("--pareto", "pareto.png"),
+                                        ("--mocker-profile", "profile.npz")])
+def test_plan_says_where_it_wrote(flag, name, tmp_path, capsys, monkeypatch):
+    """--plot and --pareto (and `make pareto`, which sends stdout to /dev/null) never said where the file went."""
+    monkeypatch.chdir(ROOT)
+    code = main(["plan", "gb300", flag, str(tmp_path / name), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"wrote {tmp_path / name}" in err and (tmp_path / name).stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name], "a temporary file of the atomic write was left"
+
+
+@pytest.mark.parametrize("stack", ["gb200", "gb200-disagg", "gb300", "gb300-disagg"])
+def test_plan_table_has_one_memory_unit_and_no_contradicting_context_row(stack, capsys, monkeypatch):
+    """`plan` printed weights in GB beside pools in GiB, and its 1,024k row (ISL 1,048,576 + OSL 1,024, a request
+    over the context) said OOM while the `fits 1,048,576 tokens` row said yes."""
+    import re
+    monkeypatch.chdir(ROOT)
+    assert main(["plan", stack]) == 0
+    text = capsys.readouterr().out
+    table = text.split("\nterms:")[0]
+    assert not re.search(r"\d GB\b", table), [line for line in table.splitlines() if re.search(r"\d GB\b", line)]
+    assert re.search(r"weights per GPU +[\d.]+ GiB", table)
+    row = next(line for line in table.splitlines() if line.strip().startswith("1,024k"))
+    assert "over the model's 1,048,576-token context" in row and "OOM" not in row, row
+
+
+def test_sla_table_numbering_says_what_it_leaves_out(capsys, monkeypatch):
+    import re
+    monkeypatch.chdir(ROOT)
+    main(["plan", "--sla", "ttft_ms=5000,tpot_ms=60", "--top", "3"])
+    lines = capsys.readouterr().out.splitlines()
+    ranked = [(i, int(m.group(1)), m.group(2).strip()) for i, line in enumerate(lines)
+              if (m := re.match(r"\s+(\d+)  (.{38})", line))]
+    assert [r for _, r, _ in ranked][:3] == [1, 2, 3]
+    for (i, a, _), (j, b, _) in zip(ranked, ranked[1:]):
+        if b != a + 1:   # a gap in the ranks is announced before it
+            assert any("not listed" in line for line in lines[:j]), lines[i:j + 1]
+    marked = [line.rsplit("<- ", 1)[1] for line in lines if "<- " in line and re.match(r"\s+\d+  ", line)]
+    assert len(marked) == len(set(marked)), f"a stack's layout listed twice: {marked}"
+
+
+def test_rehearsal_console_says_what_the_report_says():
+    """The console printed TTFT to a thousandth of a ms and the hit rate as a fraction; report.md: 0.1 ms, %."""
+    from kimi_k3 import rehearsal
+    from kimi_k3.commands.rehearse import _summary
+    report = {"stack": "gb300", "ready_seconds": 12.345, "smoke": {"passed": True, "checks": {}}, "failure": None,
+              "kv_hit_rate": 0.92345, "load": {"requests": 32, "ttft_ms": {"p50": 440.123, "p90": 612.987, "p99": 700.5},
+                                               "itl_ms": {"p50": 9.876}, "output_tokens_per_second": 321.456}}
+    said = []
+    _summary(report, Path("/x"), said.append)
+    assert "TTFT p50/p90/p99 440.1/613.0/700.5 ms" in said[0] and "ITL p50 9.9 ms" in said[0], said
+    assert "KV hit rate 92.3%" in said[0] and "0.92" not in said[0], said
+    md = rehearsal.render_markdown({**report, "runs": {}, "workers": [], "roles": {}, "worker_requests": {},
+                                    "block_size": 16, "max_model_len": 1024, "smoke_failures": {}})
+    assert "92.3%" in md
+
+
+def fake_python(d: Path, pip_lines: int, pip_fails: bool = False) -> Path:
+    """A `python` whose `-m venv DIR` makes a DIR/bin/pip printing `pip_lines` lines as pip does, and whose
+    python answers the import check."""
+    script = d / "fake-python"
+    script.write_text(f"""#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
+  mkdir -p "$3/bin"
+  cat > "$3/bin/pip" <<'PIP'
+#!/bin/sh
+i=0; while [ $i -lt {pip_lines} ]; do echo "Collecting pkg$i"; echo "  Downloading pkg$i.whl (1 MB)"; echo "Requirement already satisfied: x$i"; i=$((i+1)); done
+touch "$(dirname "$0")/aiperf"
+{'echo "ERROR: No matching distribution found for ai-dynamo" >&2; exit 1' if pip_fails else 'echo "Successfully installed pkg0"'}
+PIP
+  chmod +x "$3/bin/pip"
+  cp "$0" "$3/bin/python"
+  exit 0
+fi
+[ -x "$(dirname "$0")/pip" ] && [ -e "$(dirname "$0")/aiperf" ] && {'exit 1' if pip_fails else 'exit 0'}
+exit 1
+""")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["pip succeeds", "pip fails"])
+def test_rehearse_venv_output_is_filtered_with_an_estimate(fails, tmp_path):
+    """`.venv-rehearse` printed ~310 lines of raw pip output with no time estimate; now as .venv's: one line per
+    package, an estimate first, the whole log kept, and the venv removed if pip fails."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    for name in ("Makefile", "requirements-rehearse.txt", "constraints-rehearse.txt", *[f.name for f in ROOT.glob("Pulumi.*.yaml")]):
+        shutil.copy(ROOT / name, tmp_path / name)
+    python = fake_python(tmp_path, 100, pip_fails=fails)
+    proc = subprocess.run(["make", "--no-print-directory", "rehearse-venv", f"PYTHON={python}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert "minutes" in lines[0] and "~1.5 GB" in lines[0], lines[0]
+    assert len(lines) <= 2 * 100 + 5, f"{len(lines)} lines: the raw pip output is not filtered"
+    assert not any(line.startswith(("  Downloading", "Requirement already")) for line in lines)
+    if fails:
+        assert proc.returncode != 0 and "pip failed" in proc.stdout and not (tmp_path / ".venv-rehearse").exists()
+        assert (tmp_path / ".venv-rehearse.pip.log").read_text().count("Collecting") == 100
+    else:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert (tmp_path / ".venv-rehearse" / "pip.log").read_text().count("Collecting") == 200  # both installs
