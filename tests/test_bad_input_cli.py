@@ -149,6 +149,15 @@ PLAN_CASES = {
                         ["--gpu-memory-utilization", "'nan'", "not a finite number"]),
     "spec tokens negative": (["--gpu", "gb300", "--tp", "8", "--spec-tokens", "-1"], ["--spec-tokens", "-1", "0 or more"]),
     "dcp 0": (["--gpu", "gb300", "--tp", "8", "--dcp", "0"], ["--dcp", "0", "allowed: 1 or more"]),
+    "ad hoc tp with a stack (ignored)": (["gb300", "--tp", "16"], ["--tp 16", "ad hoc role", "Pulumi.gb300.yaml"]),
+    "ad hoc dcp with a stack (ignored)": (["gb300-disagg", "--dcp", "2"], ["--dcp 2", "ad hoc role"]),
+    "price with a stack (ignored)": (["gb300", "--instance-hour-usd", "3"], ["--instance-hour-usd 3", "ad hoc role"]),
+    "price date not a date": (["--gpu", "gb300", "--tp", "8", "--instance-hour-usd", "3", "--price-source", "x",
+                               "--price-as-of", "yesterday"], ["--price-as-of", "'yesterday'", "YYYY-MM"]),
+    "price date month 13": (["--gpu", "gb300", "--tp", "8", "--instance-hour-usd", "3", "--price-source", "x",
+                             "--price-as-of", "2026-13"], ["--price-as-of", "'2026-13'", "YYYY-MM or YYYY-MM-DD"]),
+    "price source empty": (["--gpu", "gb300", "--tp", "8", "--instance-hour-usd", "3", "--price-source", " ",
+                            "--price-as-of", "2026-10"], ["--price-source", "' '", "is empty"]),
 }
 
 
@@ -207,13 +216,17 @@ def _small_tmpfs_works() -> bool:
     return probe.returncode == 0
 
 
-def on_full_disk(tmp_path: Path, size: str, argv: list[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """Run `kimi-k3 ARGV` with DISK (in argv) on a tmpfs of `size` in a private mount namespace; what it left."""
+def on_full_disk(tmp_path: Path, size: str, argv: list[str], seed: str = "") -> tuple[subprocess.CompletedProcess,
+                                                                                       list[str]]:
+    """Run `kimi-k3 ARGV` with DISK (in argv) on a tmpfs of `size` in a private mount namespace (after the shell
+    command `seed` there); what it left, with each file's first line."""
     disk = tmp_path / "disk"
     disk.mkdir()
     args = " ".join(f"'{a}'" for a in argv)
-    script = (f"mount -t tmpfs -o size={size} none '{disk}' && cd '{ROOT}' && "
-              f"'{sys.executable}' -m kimi_k3 {args}; code=$?; find '{disk}' -mindepth 1 | sort; exit $code")
+    script = (f"mount -t tmpfs -o size={size} none '{disk}' && {seed or 'true'} && cd '{ROOT}' && "
+              f"'{sys.executable}' -m kimi_k3 {args}; code=$?; "
+              f"for f in $(find '{disk}' -mindepth 1 | sort); do echo \"$f $(head -c 40 \"$f\" 2>/dev/null)\"; done; "
+              "exit $code")
     proc = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script.replace("DISK", str(disk))],
                           capture_output=True, text=True, timeout=300)
     left = [line for line in proc.stdout.splitlines() if line.startswith(str(disk))]
@@ -233,11 +246,14 @@ def test_render_on_a_full_disk_leaves_no_partial_manifests(tmp_path):
 
 
 @needs_tmpfs
-def test_plot_on_a_full_disk_leaves_no_partial_png(tmp_path):
-    proc, left = on_full_disk(tmp_path, "16k", ["plan", "gb300", "--plot", "DISK/plan.png"])
+def test_plot_on_a_full_disk_keeps_the_previous_png(tmp_path):
+    """The previous plot stays whole until a new one is complete (it was truncated, then the write failed)."""
+    disk = tmp_path / "disk"
+    proc, left = on_full_disk(tmp_path, "16k", ["plan", "gb300", "--plot", "DISK/plan.png"],
+                              seed=f"printf 'previous plot' > '{disk}/plan.png'")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "--plot" in proc.stderr and "No space left" in proc.stderr, proc.stderr
-    assert left == [], f"left behind on the full disk: {left}"
+    assert left == [f"{disk}/plan.png previous plot"], f"on the full disk: {left}"
 
 
 # ------------------------------------------------------------------------------ make variables (class 6)

@@ -23,6 +23,7 @@ from kimi_k3.commands.main import main
 
 PYTHON = Path(os.environ.get("KIMI_K3_REHEARSE_PYTHON", ROOT / ".venv-rehearse" / "bin" / "python"))
 live = pytest.mark.rehearse
+STALE_PNG = b"\x89PNG a previous run's plot"
 
 
 def seed_previous_run(out: Path) -> None:
@@ -35,14 +36,16 @@ def seed_previous_run(out: Path) -> None:
     (out / "report.json").write_text(json.dumps({"failure": None, "smoke": {"passed": True}, "stale": True}))
     (out / "report.md").write_text("# Rehearsal of `gb200`: passed\n")
     for png in ("latency.png", "workers.png", "agentic_ttft.png"):
-        (out / png).write_bytes(b"\x89PNG stale")
+        (out / png).write_bytes(STALE_PNG)
 
 
 def assert_no_previous_results(out: Path) -> None:
     assert "stale" not in json.loads((out / "report.json").read_text())
-    for name in ("latency.png", "workers.png", "agentic_ttft.png", "aiperf/agentic/profile_export.jsonl",
-                 "discovery/v1/old-worker"):
+    for name in ("aiperf/agentic/profile_export.jsonl", "discovery/v1/old-worker"):
         assert not (out / name).exists(), f"{name}: a previous run's result is still there"
+    for png in ("latency.png", "workers.png", "agentic_ttft.png"):   # gone, or drawn by this run
+        assert not (out / png).exists() or (out / png).read_bytes() != STALE_PNG, f"{png} is the previous run's"
+        assert ((out / png).exists()) == (f"![{png}]({png})" in (out / "report.md").read_text()), png
 
 
 def cli(argv, capsys) -> tuple[int, str]:

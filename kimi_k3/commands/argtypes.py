@@ -96,3 +96,23 @@ def model_context() -> int:
 def context_tokens(text: str) -> int:
     """A token count of one request: 1 to the model's context (a longer request is refused, not answered)."""
     return whole(1, model_context())(text)
+
+
+def year_month(text: str) -> str:
+    """A date YYYY-MM or YYYY-MM-DD (as the stack file's kimi-k3:pricing.asOf, kimi_k3/config.py)."""
+    import datetime
+    m = re.fullmatch(r"(\d{4})-(\d{2})(?:-(\d{2}))?", text)
+    try:
+        if m is None:
+            raise ValueError
+        datetime.date(int(m[1]), int(m[2]), int(m[3] or 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date; allowed: YYYY-MM or YYYY-MM-DD, e.g. 2026-10") \
+            from None
+    return text
+
+
+def nonempty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty; allowed: a non-empty text (where the value comes from)")
+    return text

@@ -17,7 +17,8 @@ from kimi_k3.errors import UserError
 from kimi_k3.stacks import StackError
 
 from . import plan_perf
-from .argtypes import context_tokens, fraction, model_context, positive, whole  # noqa: F401 (flag types: argtypes.py)
+from .argtypes import (context_tokens, fraction, model_context, nonempty, positive, whole,  # noqa: F401 (argtypes.py)
+                       year_month)
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -37,8 +38,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--kv-budget-gib", type=positive, help="use this KV pool per GPU instead of the computed one")
     p.add_argument("--replicas", type=whole(1), default=1, help="ad hoc role: worker replicas")
     p.add_argument("--instance-hour-usd", type=positive, help="price of one instance-hour (needs --price-source)")
-    p.add_argument("--price-source", help="where --instance-hour-usd comes from")
-    p.add_argument("--price-as-of", help="date of that price, YYYY-MM[-DD]")
+    p.add_argument("--price-source", type=nonempty, help="where --instance-hour-usd comes from")
+    p.add_argument("--price-as-of", type=year_month, help="date of that price, YYYY-MM[-DD]")
     p.add_argument("--output-tokens-per-second", type=positive, help="stack output throughput for $/Mtok")
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
     p.add_argument("--plot", metavar="FILE.png", help="draw capacity and cost vs context length per role")
@@ -48,6 +49,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
+# Flags of the ad hoc role (their defaults): with a STACK they would be silently ignored.
+AD_HOC_ONLY = {"tp": None, "dcp": 1, "gpu_memory_utilization": 0.9, "kv_cache_dtype": "fp8", "spec_tokens": 0,
+               "prefix_caching": False, "max_model_len": 1048576, "replicas": 1, "instance_hour_usd": None,
+               "price_source": None, "price_as_of": None}
 
 
 def wrote(path: str) -> None:
@@ -307,6 +312,12 @@ def run(args: argparse.Namespace) -> int:
             check_plot_path(image, flag)
     if args.mocker_profile:
         check_output_path(args.mocker_profile, "--mocker-profile", (".npz",))
+    if args.stack:  # the ad hoc role's flags would be ignored with a STACK: say so instead
+        for name, default in AD_HOC_ONLY.items():
+            if getattr(args, name) != default:
+                flag = "--" + name.replace("_", "-")
+                raise UserError(f"{flag} {getattr(args, name)}: for an ad hoc role (--gpu/--tp) only; a STACK's roles "
+                                f"and price come from Pulumi.{args.stack}.yaml (or drop STACK and give --gpu and --tp)")
     if args.isl + args.osl > model_context():
         raise UserError(f"--isl {args.isl:,} + --osl {args.osl:,} = {args.isl + args.osl:,} tokens: longer than "
                         f"Kimi K3's context; allowed: ISL + OSL <= {model_context():,}")

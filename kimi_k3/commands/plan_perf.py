@@ -49,7 +49,7 @@ def parse_sla(text: str) -> tuple[float, float]:
         except ValueError:
             raise ValueError(f"--sla {text!r}: {key} = {value!r} is not a number") from None
         if not values[key] > 0 or values[key] == float("inf"):  # nan and inf pass a `<= 0` check
-            raise ValueError(f"--sla {text!r}: {key} = {value.strip()!r}; allowed: a finite number > 0")
+            raise ValueError(f"--sla {text!r}: {key} = {value.strip()!r} must be > 0; allowed: a finite number > 0")
     missing = [k for k in allowed if k not in values]
     if missing:
         raise ValueError(f"--sla {text!r}: missing {', '.join(missing)} (give ttft_ms=...,tpot_ms=...)")
