@@ -387,3 +387,20 @@ def test_rehearse_venv_output_is_filtered_with_an_estimate(fails, tmp_path):
     else:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert (tmp_path / ".venv-rehearse" / "pip.log").read_text().count("Collecting") == 200  # both installs
+
+
+@pytest.mark.parametrize("command", ["rehearse", "plan"])
+@pytest.mark.parametrize("name", ["gb300;touch x", "a b"])
+def test_stack_name_pulumi_refuses_is_refused_by_every_command(command, name, tmp_path, capsys, monkeypatch,
+                                                               request):
+    proj = project_copy(tmp_path / "proj")
+    no_processes = request.getfixturevalue("no_processes")   # from here on (the copy itself runs git)
+    (proj / f"Pulumi.{name}.yaml").write_text((ROOT / "Pulumi.gb300.yaml").read_text())
+    monkeypatch.chdir(proj)
+    python = tmp_path / "python"
+    python.write_text("")
+    monkeypatch.setenv("KIMI_K3_REHEARSE_PYTHON", str(python))
+    before = tree(tmp_path)
+    code, text = run_cli([command, name] + (["--out", str(tmp_path / "out")] if command == "rehearse" else []), capsys)
+    assert_refused(code, text, [repr(name), "not one Pulumi accepts"])
+    assert no_processes == [] and tree(tmp_path) == before

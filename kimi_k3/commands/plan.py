@@ -18,7 +18,7 @@ from kimi_k3.stacks import StackError
 
 from . import plan_perf
 from .argtypes import (context_tokens, fraction, model_context, nonempty, positive, whole,  # noqa: F401 (argtypes.py)
-                       year_month)
+                       stack_name_problem, year_month)
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -312,6 +312,8 @@ def run(args: argparse.Namespace) -> int:
             check_plot_path(image, flag)
     if args.mocker_profile:
         check_output_path(args.mocker_profile, "--mocker-profile", (".npz",))
+    if args.stack and stack_name_problem(args.stack):
+        raise UserError(stack_name_problem(args.stack))
     if args.stack:  # the ad hoc role's flags would be ignored with a STACK: say so instead
         for name, default in AD_HOC_ONLY.items():
             if getattr(args, name) != default:
