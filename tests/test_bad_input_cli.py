@@ -104,7 +104,8 @@ def test_rehearse_bad_flag_refused_before_anything_starts(flags, expect, tmp_pat
 @pytest.mark.parametrize("make_out, expect", [
     (lambda d: _file(d / "a-file"), ["--out", "a-file", "exists and is not a directory"]),
     (lambda d: _file(d / "a-file") / "out", ["--out", "a-file", "is a file"]),
-], ids=["out is a file", "out under a file"])
+    (lambda d: Path("/proc/kimi-k3-rehearse-out"), ["--out /proc/kimi-k3-rehearse-out", "cannot be written"]),
+], ids=["out is a file", "out under a file", "out where nothing can be made"])
 def test_rehearse_out_that_cannot_be_written(make_out, expect, tmp_path, capsys, monkeypatch, no_processes):
     """Was an OSError traceback once the graph was up."""
     monkeypatch.chdir(ROOT)

@@ -516,8 +516,11 @@ def lock_out(out: Path) -> int:
     inherited = os.environ.get(LOCK_FD_ENV)
     if inherited:   # taken by this same process before it entered the network namespace
         return int(inherited)
-    out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:   # what os.access cannot tell (root on /proc, a read-only mount)
+        raise UserError(f"--out {out}: cannot be written ({exc.strerror or exc})") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
