@@ -5,11 +5,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= gb300-disagg
 STACKS := gb200 gb200-disagg gb300 gb300-disagg
+# STACK reaches shell commands: it must name one stack file here (no spaces, quotes or ';'), checked before any
+# target runs, and is quoted where it is used.
+# $(value STACK): unexpanded, so a `STACK=$$(shell ...)` given on the command line is refused, never run.
+KNOWN_STACKS := $(sort $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml)))
+ifneq ($(words $(value STACK)) $(filter $(value STACK),$(KNOWN_STACKS)),1 $(value STACK))
+$(error STACK=$(value STACK) is not a stack of this project; allowed: $(KNOWN_STACKS))
+endif
 # A local file backend by default: no Pulumi Cloud account needed. Override to use another backend.
 PULUMI_BACKEND_URL ?= file://$(CURDIR)/.pulumi-state
 export PULUMI_BACKEND_URL
 # Per-user values (token, reservation, CIDRs, secrets salt) live here, never in the tracked Pulumi.<stack>.yaml.
 USER_CONFIG = .pulumi-user/Pulumi.$(STACK).yaml
+# STACK is a stack file's name (checked above), so it needs no quoting here.
 PULUMI_ARGS = --stack $(STACK) --config-file $(USER_CONFIG)
 MIN_PYTHON := 3.11
 
@@ -45,14 +53,21 @@ venv:  ## build .venv (pinned); rebuilt when broken or when pyproject.toml/const
 
 # The rehearsal's own venv (Dynamo runtime/frontend/mocker + AIPerf): its pins conflict with the Pulumi side's.
 REHEARSE_VENV := .venv-rehearse
+# As .venv's: pip's output filtered to one line per package (its whole log kept in $(REHEARSE_VENV)/pip.log), the
+# venv removed again if pip fails. --no-deps for ai-dynamo: it declares aisimulate, a PyPI stub that downloads from
+# outside PyPI (see requirements-rehearse.txt).
 $(REHEARSE_VENV)/bin/aiperf: requirements-rehearse.txt constraints-rehearse.txt
-	@echo "Building $(REHEARSE_VENV): Dynamo 1.6.1 (frontend, KV router, mocker) and AIPerf 0.13.0 from PyPI, ~1.5 GB"
-	rm -rf $(REHEARSE_VENV)
-	$(PYTHON) -m venv $(REHEARSE_VENV)
-	$(REHEARSE_VENV)/bin/pip install --disable-pip-version-check --progress-bar off -c constraints-rehearse.txt -r requirements-rehearse.txt
-	@# --no-deps: ai-dynamo declares aisimulate, a PyPI stub that downloads from outside PyPI (see requirements-rehearse.txt)
-	$(REHEARSE_VENV)/bin/pip install --disable-pip-version-check --progress-bar off --no-deps -c constraints-rehearse.txt ai-dynamo==1.6.1
-	touch $@
+	@echo "Building $(REHEARSE_VENV): Dynamo 1.6.1 (frontend, KV router, mocker) and AIPerf 0.13.0 from PyPI (pinned, ~1.5 GB; about 5 minutes the first time on 2 idle cores, longer when they are busy)..."
+	@rm -rf $(REHEARSE_VENV) $(REHEARSE_VENV).pip.log
+	@$(PYTHON) -m venv $(REHEARSE_VENV)
+	@{ $(REHEARSE_VENV)/bin/pip install --disable-pip-version-check --progress-bar off -c constraints-rehearse.txt -r requirements-rehearse.txt \
+	  && $(REHEARSE_VENV)/bin/pip install --disable-pip-version-check --progress-bar off --no-deps -c constraints-rehearse.txt ai-dynamo==1.6.1; } 2>&1 \
+	  | tee $(REHEARSE_VENV).pip.log | grep --line-buffered -E '^(Collecting|Successfully installed|ERROR)'; \
+	  $(REHEARSE_VENV)/bin/python -c 'import importlib.metadata as m; m.version("ai-dynamo"); m.version("aiperf")' 2>/dev/null || { \
+	  echo "pip failed (its log: $(REHEARSE_VENV).pip.log); $(REHEARSE_VENV) removed. Run make rehearse-venv again."; rm -rf $(REHEARSE_VENV); exit 1; }
+	@mv $(REHEARSE_VENV).pip.log $(REHEARSE_VENV)/pip.log
+	@touch $@
+	@echo "Done: $(REHEARSE_VENV), $$(du -sh $(REHEARSE_VENV) | cut -f1)"
 
 rehearse-venv: $(REHEARSE_VENV)/bin/aiperf  ## the rehearsal's own venv (Dynamo + AIPerf from PyPI, ~1.5 GB)
 
@@ -76,19 +91,20 @@ test-perf: perf-venv  ## the aiconfigurator lane (installs the large perf extra 
 pareto: venv  ## Pareto plots of every stack in build/
 	mkdir -p build
 	for s in $(STACKS); do $(BIN)/kimi-k3 plan $$s --pareto build/pareto-$$s.png >/dev/null || exit 1; done
+	@echo "Pareto plots: $(foreach s,$(STACKS),build/pareto-$(s).png)"
 
 render: venv  ## write build/STACK/ (manifests.yaml, resources.json) and print the critical path
-	$(BIN)/kimi-k3 render $(STACK)
+	$(BIN)/kimi-k3 render '$(STACK)'
 
 check: venv  ## the policy rules on every stack
 	$(BIN)/kimi-k3 check $(STACKS)
 
 plan: venv  ## memory, KV capacity, cold start and cost of STACK
-	$(BIN)/kimi-k3 plan $(STACK)
+	$(BIN)/kimi-k3 plan '$(STACK)'
 
 # The stack's serving graph on this machine: real Dynamo frontend + KV router, mocker engines, AIPerf; no cloud.
 rehearse: venv rehearse-venv  ## STACK's serving graph on loopback: Dynamo frontend + mockers + AIPerf
-	$(BIN)/kimi-k3 rehearse $(STACK) $(REHEARSE_ARGS)
+	$(BIN)/kimi-k3 rehearse '$(STACK)' $(REHEARSE_ARGS)
 
 # Real processes (frontend, mockers, AIPerf) for every stack, and the cleanup on success, failure and interrupt.
 test-rehearse: venv rehearse-venv  ## real rehearsal processes (frontend, mockers, AIPerf) for every stack, and their cleanup
@@ -106,12 +122,12 @@ pulumi-cli:
 	  echo "Offline, without the CLI: make render STACK=$(STACK)"; exit 1; }
 
 user-config: venv
-	@$(BIN)/python -m kimi_k3.user_config $(STACK) >/dev/null
+	@$(BIN)/python -m kimi_k3.user_config '$(STACK)' >/dev/null
 
 stack: venv pulumi-cli  ## create STACK in the backend (if new) and its per-user config .pulumi-user/Pulumi.STACK.yaml
 	@mkdir -p .pulumi-state
-	pulumi stack select --create $(STACK)
-	@$(BIN)/python -m kimi_k3.user_config $(STACK) >/dev/null
+	pulumi stack select --create '$(STACK)'
+	@$(BIN)/python -m kimi_k3.user_config '$(STACK)' >/dev/null
 
 token: stack
 	@pulumi config get kimi-k3:hfToken $(PULUMI_ARGS) >/dev/null 2>&1 || { \
@@ -127,11 +143,11 @@ preview: token  ## pulumi preview of STACK with the policy pack
 # stack's own state; policies/README.md, upgrade rules). A new stack has nothing deployed yet.
 guard: stack
 	@state=$$(mktemp); trap 'rm -f "$$state"' EXIT; \
-	pulumi stack export --stack $(STACK) --file "$$state" || exit 1; \
+	pulumi stack export --stack '$(STACK)' --file "$$state" || exit 1; \
 	if grep -q '"urn"' "$$state" 2>/dev/null; then \
-	  $(BIN)/kimi-k3 check $(STACK) --against "$$state" || { \
+	  $(BIN)/kimi-k3 check '$(STACK)' --against "$$state" || { \
 	    echo "make up: stopped before changing anything: the change above would replace or delete the graph or the model cache (docs/operating.md)"; exit 1; }; \
-	else echo "make up: nothing deployed yet on stack $(STACK): no upgrade check"; fi
+	else echo "make up: nothing deployed yet on stack '$(STACK)': no upgrade check"; fi
 
 up: token guard  ## pulumi up of STACK with the policy pack (creates the AWS resources)
 	pulumi up $(PULUMI_ARGS) --policy-pack policies

@@ -71,6 +71,8 @@ def test_live_object_comparison_finds_missing_and_changed_fields_but_not_server_
 def test_open_schema_crds_address_what_the_upstream_crds_serve(rendered, shared_reference):
     """The lane's fallback without ../shared: an open-schema CRD per Dynamo/DRA kind our renders use, which must be
     reachable under upstream's group, served version, kind, plural and scope, with the status subresource."""
+    for sub in lane.UPSTREAM_CRD_DIRS:  # skips, naming the folder, where ../shared lacks it
+        (shared_reference / sub).need()
     upstream = {lane.crd_kind(c): c for c in lane.upstream_crds(shared_reference)}
     used = {(o["apiVersion"], o["kind"]): "namespace" in o["metadata"]
             for stack in STACKS for o in rendered[stack].objects

@@ -278,8 +278,8 @@ def test_prefix_cache_hits_skip_prefill_compute(capsys):
     (["gb300", "--api-price", "output=-1"], "output = '-1'; allowed: a finite number >= 0"),
     (["gb300", "--api-price", "output=inf"], "allowed: a finite number >= 0"),
     (["gb300", "--api-price", "cheap"], "is not KEY=USD"),
-    (["--sla", "ttft_ms=nan,tpot_ms=50"], "ttft_ms must be > 0"),
-    (["--sla", "ttft_ms=1000,tpot_ms=50", "--top", "0"], "--top 0: must be >= 1"),
+    (["--sla", "ttft_ms=nan,tpot_ms=50"], "ttft_ms = 'nan' must be > 0"),
+    (["--sla", "ttft_ms=1000,tpot_ms=50", "--top", "0"], "argument --top: 0 is too small"),
 ])
 def test_new_flags_refuse_bad_values_with_one_clear_message(argv, message, capsys):
     try:

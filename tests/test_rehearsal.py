@@ -213,8 +213,9 @@ def test_rehearse_unknown_run_is_one_clear_error(capsys, monkeypatch, tmp_path):
     python = tmp_path / "python"
     python.write_text("")
     monkeypatch.setenv("KIMI_K3_REHEARSE_PYTHON", str(python))
-    assert main(["rehearse", "gb200", "--out", str(tmp_path / "out"), "--runs", "agentic,soak"]) == 2
-    assert "allowed: agentic, synthetic" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:   # refused while the arguments are parsed
+        main(["rehearse", "gb200", "--out", str(tmp_path / "out"), "--runs", "agentic,soak"])
+    assert exc.value.code == 2 and "allowed: agentic, synthetic" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

@@ -12,10 +12,13 @@ from typing import Any
 from pathlib import Path
 
 from kimi_k3 import aws, planner
+from kimi_k3.atomic import write_with
 from kimi_k3.errors import UserError
 from kimi_k3.stacks import StackError
 
 from . import plan_perf
+from .argtypes import (context_tokens, fraction, model_context, nonempty, positive, whole,  # noqa: F401 (argtypes.py)
+                       stack_name_problem, year_month)
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -30,12 +33,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--spec-tokens", type=whole(0), default=0, help="speculative tokens per step")
     p.add_argument("--prefix-caching", action="store_true",
                    help="ad hoc role: the worker runs --enable-prefix-caching (vLLM keeps KDA state in 'align' mode)")
-    p.add_argument("--max-model-len", type=whole(1), default=1048576)
+    p.add_argument("--max-model-len", type=context_tokens, default=1048576,
+                   help="context per request vLLM is started with (1 to the model's 1,048,576)")
     p.add_argument("--kv-budget-gib", type=positive, help="use this KV pool per GPU instead of the computed one")
     p.add_argument("--replicas", type=whole(1), default=1, help="ad hoc role: worker replicas")
     p.add_argument("--instance-hour-usd", type=positive, help="price of one instance-hour (needs --price-source)")
-    p.add_argument("--price-source", help="where --instance-hour-usd comes from")
-    p.add_argument("--price-as-of", help="date of that price, YYYY-MM[-DD]")
+    p.add_argument("--price-source", type=nonempty, help="where --instance-hour-usd comes from")
+    p.add_argument("--price-as-of", type=year_month, help="date of that price, YYYY-MM[-DD]")
     p.add_argument("--output-tokens-per-second", type=positive, help="stack output throughput for $/Mtok")
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
     p.add_argument("--plot", metavar="FILE.png", help="draw capacity and cost vs context length per role")
@@ -44,54 +48,28 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def whole(least: int):
-    """argparse type: a whole number >= least (the message says what was given and what is allowed)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; allowed: {least} or more") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"{value} is too small; allowed: {least} or more")
-        return value
-    parse.__name__ = f"whole number >= {least}"
-    return parse
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
-
-
-def positive(text: str) -> float:
-    """argparse type: a number > 0 (a negative throughput or price would print a negative cost)."""
-    value = _number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not positive; allowed: a number > 0")
-    return value
-
-
-def fraction(text: str) -> float:
-    value = _number(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text} is outside (0, 1]; allowed: e.g. 0.9")
-    return value
-
-
 PLOT_FORMATS = (".png", ".svg", ".pdf")
+# Flags of the ad hoc role (their defaults): with a STACK they would be silently ignored.
+AD_HOC_ONLY = {"tp": None, "dcp": 1, "gpu_memory_utilization": 0.9, "kv_cache_dtype": "fp8", "spec_tokens": 0,
+               "prefix_caching": False, "max_model_len": 1048576, "replicas": 1, "instance_hour_usd": None,
+               "price_source": None, "price_as_of": None}
+
+
+def wrote(path: str) -> None:
+    """Where a file went, on stderr (stdout may be --json or sent to /dev/null, as `make pareto` does)."""
+    print(f"kimi-k3 plan: wrote {Path(path).resolve()}", file=sys.stderr)
 
 
 def check_plot_path(path: str, flag: str = "--plot") -> None:
     """--plot FILE: a supported image type in a directory that exists and can be written (checked up front)."""
+    check_output_path(path, flag, PLOT_FORMATS)
+
+
+def check_output_path(path: str, flag: str, formats: tuple[str, ...]) -> None:
     target = Path(path)
-    if target.suffix.lower() not in PLOT_FORMATS:
+    if target.suffix.lower() not in formats:
         raise UserError(f"{flag} {path}: unsupported file type {target.suffix or '(none)'!r}; allowed: a file name "
-                        f"ending in {', '.join(PLOT_FORMATS)}, e.g. plan.png")
+                        f"ending in {', '.join(formats)}, e.g. plan{formats[0]}")
     parent = target.parent
     if not parent.is_dir():
         raise UserError(f"{flag} {path}: directory {parent} does not exist; create it first or choose another path")
@@ -141,6 +119,11 @@ def _rebudget(stack: planner.StackPlan, budget_gib: float) -> planner.StackPlan:
     roles = []
     for r in stack.roles:
         s = r.spec
+        room = r.plan.to_json()["kv_pool_gib_per_gpu"]  # what the GPU has left after weights and the reserve
+        if budget_gib > room:
+            raise UserError(f"--kv-budget-gib {budget_gib:g}: more than the {room:.2f} GiB per GPU that role "
+                            f"{s.name} ({s.gpu} TP{s.tp}, util {s.gpu_memory_utilization}) has left after weights "
+                            f"and the activation reserve; allowed: a number > 0 and <= {room:.2f}")
         plan = planner.plan_role(s.gpu, s.tp, dcp=s.dcp, gpu_memory_utilization=s.gpu_memory_utilization,
                                  kv_cache_dtype=s.kv_cache_dtype, spec_tokens=s.spec_tokens,
                                  max_model_len=s.max_model_len, kv_budget_gib=budget_gib,
@@ -217,7 +200,7 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
             (f"[{r.spec.name}]", f"{p.gpu} TP{p.tp} DCP{p.dcp} x{r.spec.replicas}, util {p.gpu_memory_utilization}, "
                                  f"KV {p.kv_cache_dtype}, spec {p.spec_tokens}, prefix caching "
                                  f"{'on' if p.prefix_caching else 'off'}, block {p.block_size}"),
-            ("weights per GPU", f"{j['weights_gb_per_gpu']:.1f} GB"),
+            ("weights per GPU", f"{j['weights_gb_per_gpu'] * 1e9 / 2**30:.1f} GiB"),  # one unit: GiB
             ("activation reserve", f"{j['activation_reserve_gib']:.1f} GiB"),
             ("KV pool per GPU", f"{j['kv_pool_gib_per_gpu']:.2f} GiB"),
             ("MLA KV per token per GPU", f"{j['kv_bytes_per_token']:,.0f} B"),
@@ -227,7 +210,8 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
             ("longest one request can be", f"{j['kv_capacity_tokens_single_request']:,} tokens"),
             ("requests at once, per replica", "each request of:"),
             *[(f"  {int(c):,} tokens", str(n)) for c, n in j["max_concurrent_requests"].items()],
-            (f"fits {p.max_model_len:,} tokens", f"{'yes' if p.fits else 'NO'} (margin {p.fit_margin_gib:+.1f} GiB)"),
+            (f"fits {p.max_model_len:,} tokens", f"{'yes' if p.fits else 'NO'} (margin {p.fit_margin_gib:+.1f} GiB; "
+                                                 "one request, prompt + output)"),
             *[(f"  cold start via {b}", f"{s / 60:.1f} min") for b, s in j["load_seconds"].items()],
         ]
     cost = stack.cost_per_hour_usd
@@ -330,6 +314,19 @@ def run(args: argparse.Namespace) -> int:
                         ("--cost-plot", getattr(args, "cost_plot", None))):  # before any work
         if image:
             check_plot_path(image, flag)
+    if args.mocker_profile:
+        check_output_path(args.mocker_profile, "--mocker-profile", (".npz",))
+    if args.stack and stack_name_problem(args.stack):
+        raise UserError(stack_name_problem(args.stack))
+    if args.stack:  # the ad hoc role's flags would be ignored with a STACK: say so instead
+        for name, default in AD_HOC_ONLY.items():
+            if getattr(args, name) != default:
+                flag = "--" + name.replace("_", "-")
+                raise UserError(f"{flag} {getattr(args, name)}: for an ad hoc role (--gpu/--tp) only; a STACK's roles "
+                                f"and price come from Pulumi.{args.stack}.yaml (or drop STACK and give --gpu and --tp)")
+    if args.isl + args.osl > model_context():
+        raise UserError(f"--isl {args.isl:,} + --osl {args.osl:,} = {args.isl + args.osl:,} tokens: longer than "
+                        f"Kimi K3's context; allowed: ISL + OSL <= {model_context():,}")
     try:
         if args.sla:
             if args.stack or args.gpu:
@@ -378,19 +375,22 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + TERMS)
     if args.plot:
         try:
-            plot(stack, args.plot, title)
+            write_with(args.plot, lambda tmp: plot(stack, tmp, title))
         except OSError as exc:
             raise UserError(f"--plot {args.plot}: cannot be written ({exc.strerror or exc})") from None
+        wrote(args.plot)
     try:
         if args.pareto:
-            plan_perf.pareto_plot(stack, title, args.pareto, workload)
+            write_with(args.pareto, lambda tmp: plan_perf.pareto_plot(stack, title, tmp, workload))
+            wrote(args.pareto)
         if args.mocker_profile:
-            plan_perf.write_mocker_profile(stack, workload, args.mocker_profile)
+            write_with(args.mocker_profile, lambda tmp: plan_perf.write_mocker_profile(stack, workload, tmp))
+            wrote(args.mocker_profile)
         if args.cost_plot:
             if est is None:
                 raise ValueError(f"--cost-plot: no performance figures for this stack ({perf_error})")
-            plan_perf.cost_plot(stack, est, title, args.cost_plot, workload, price)
-            print(f"kimi-k3 plan: wrote {args.cost_plot}", file=sys.stderr)
+            write_with(args.cost_plot, lambda tmp: plan_perf.cost_plot(stack, est, title, tmp, workload, price))
+            wrote(args.cost_plot)
     except OSError as exc:
         raise UserError(f"{args.pareto or args.mocker_profile or args.cost_plot}: cannot be written "
                         f"({exc.strerror or exc})") from None

@@ -14,20 +14,22 @@ from typing import Any, Optional
 from kimi_k3 import aiconfigurator as aic
 from kimi_k3 import perf, planner
 
+from .argtypes import context_tokens, model_context, positive, positive_int
+
 STACKS = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("performance (aiconfigurator, calibrated to public measurements)")
-    g.add_argument("--isl", type=int, default=perf.DEFAULT_ISL, help=f"input tokens per request (default "
+    g.add_argument("--isl", type=context_tokens, default=perf.DEFAULT_ISL, help=f"input tokens per request (default "
                    f"{perf.DEFAULT_ISL}: agentic turns carry long context)")
-    g.add_argument("--osl", type=int, default=perf.DEFAULT_OSL, help=f"output tokens per request (default {perf.DEFAULT_OSL})")
-    g.add_argument("--concurrency", type=int, help="requests in flight per stack (default: "
+    g.add_argument("--osl", type=context_tokens, default=perf.DEFAULT_OSL, help=f"output tokens per request (default {perf.DEFAULT_OSL})")
+    g.add_argument("--concurrency", type=positive_int, help="requests in flight per stack (default: "
                    f"{perf.DEFAULT_CONCURRENCY_PER_DECODE_WORKER} per decoding worker)")
-    g.add_argument("--request-rate", type=float, help="requests/s to sustain (--sla: replicate layouts to carry it)")
+    g.add_argument("--request-rate", type=positive, help="requests/s to sustain (--sla: replicate layouts to carry it)")
     g.add_argument("--sla", metavar="ttft_ms=N,tpot_ms=N", help="rank the layouts on GB200 and GB300 that meet it, "
                    "cheapest first, and print the stack config that deploys the best")
-    g.add_argument("--top", type=int, default=10, help="--sla: how many layouts to list (default 10)")
+    g.add_argument("--top", type=positive_int, default=10, help="--sla: how many layouts to list (default 10)")
     g.add_argument("--cache-hit-rate", type=hit_rate, default=0.0, metavar="FRACTION",
                    help="share of each request's input found in the prefix cache, [0, 1): skips that prefill "
                    "compute and is billed at the API's cache-hit price (default 0)")
@@ -108,12 +110,14 @@ def parse_sla(text: str) -> tuple[float, float]:
         key = key.strip()
         if not sep or key not in allowed:
             raise ValueError(f"--sla {text!r}: {part!r} is not KEY=VALUE with KEY one of {', '.join(allowed)}")
+        if key in values:
+            raise ValueError(f"--sla {text!r}: {key} is given twice; allowed: each of {', '.join(allowed)} once")
         try:
             values[key] = float(value)
         except ValueError:
             raise ValueError(f"--sla {text!r}: {key} = {value!r} is not a number") from None
-        if not math.isfinite(values[key]) or values[key] <= 0:
-            raise ValueError(f"--sla {text!r}: {key} must be > 0")
+        if not values[key] > 0 or values[key] == float("inf"):  # nan and inf pass a `<= 0` check
+            raise ValueError(f"--sla {text!r}: {key} = {value.strip()!r} must be > 0; allowed: a finite number > 0")
     missing = [k for k in allowed if k not in values]
     if missing:
         raise ValueError(f"--sla {text!r}: missing {', '.join(missing)} (give ttft_ms=...,tpot_ms=...)")
@@ -307,7 +311,12 @@ def stack_rows(stack: planner.StackPlan, est: Optional[perf.Estimate], error: Op
     rows.append(("  across context lengths", "ISL: TTFT / TPOT / tok/s per GPU (all GPUs) / tok/s per user / $ per "
                  f"Mtok ({basis}; modelled; fewer requests per worker where the KV cache holds fewer)"))
     util = min(r.spec.gpu_memory_utilization for r in stack.roles)
+    context = model_context()
     for isl in aic.CONTEXTS:
+        if isl + w.osl > context:  # no such request: vLLM refuses a prompt + max_tokens beyond max-model-len
+            rows.append((f"    {isl // 1024:,}k", f"ISL {isl:,} + OSL {w.osl:,} is over the model's {context:,}-token "
+                         "context: no such request (the `fits` row above is one request of the whole context)"))
+            continue
         e, err = _at_context(est, isl, w, util)
         if e is None:
             rows.append((f"    {isl // 1024:,}k", err))
@@ -422,12 +431,16 @@ def run_sla(args: argparse.Namespace) -> int:
     header = f"  {'#':>3}  {'layout':<38} {'batch':>5} {'GPUs':>5} {'nodes':>5} {'TTFT ms':>9} {'TPOT ms':>8} " \
              f"{'tok/s/GPU':>9} {'tok/s/user':>10} {'$/hour':>9} {'$/Mtok':>8} {'API break-even':>15}"
     print(header)
-    best_ours = {}
+    best_ours = {c.ours: None for c in found[:args.top] if c.ours}   # listed already: not again
     for c in found[args.top:]:
         if c.ours and c.ours not in best_ours:
             best_ours[c.ours] = c
-    shown = found[:args.top] + list(best_ours.values())
+    further = [c for c in best_ours.values() if c is not None]
+    shown = found[:args.top] + further
     for c in shown:
+        if further and c is further[0]:  # the rank is kept: say that the ones between are left out
+            print(f"  {'':>3}  ... ranks {args.top + 1}-{len(found)} not listed (--top {args.top}) except each "
+                  "stack's own best:")
         e = c.estimate.calibrated
         mark = f"  <- {c.ours}" if c.ours else ""
         units = f"{c.units}x " if c.units > 1 else ""

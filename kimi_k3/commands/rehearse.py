@@ -25,7 +25,11 @@ from urllib.parse import unquote
 
 from kimi_k3 import rehearsal, smoke, workload
 from kimi_k3.config import ConfigError
+from kimi_k3.atomic import write_text, write_with
+from kimi_k3.errors import UserError, check_writable_dir
 from kimi_k3.stacks import StackError, load_stack, project_root
+
+from .argtypes import choice_list, positive, positive_int, stack_name_problem
 
 VENV_ENV = "KIMI_K3_REHEARSE_PYTHON"      # python of the rehearsal venv (default: .venv-rehearse/bin/python)
 NETNS_ENV = "KIMI_K3_REHEARSE_NETNS"      # set once the command runs inside its own network namespace
@@ -47,23 +51,23 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                               "engines), smoke test it, load it with AIPerf, report", description=__doc__)
     p.add_argument("stack", metavar="STACK")
     p.add_argument("--out", help="output directory (default build/rehearse/STACK)")
-    p.add_argument("--ready-timeout", type=float, default=240, help="seconds for every worker to register (240)")
+    p.add_argument("--ready-timeout", type=positive, default=240, help="seconds for every worker to register (240)")
     # The workload (kimi_k3/workload.py) is the stack's kimi-k3:serving.benchmark, the in-cluster Job's too.
     w = workload.DEFAULT
-    p.add_argument("--requests", type=int, help=f"requests per AIPerf run (stack's benchmark.requests; {w.requests})")
-    p.add_argument("--duration", type=float,
+    p.add_argument("--requests", type=positive_int, help=f"requests per AIPerf run (stack's benchmark.requests; {w.requests})")
+    p.add_argument("--duration", type=positive,
                    help=f"time cap in seconds per AIPerf run (benchmark.durationSeconds; {w.duration_seconds:g})")
-    p.add_argument("--concurrency", type=int, help=f"concurrent AIPerf requests (benchmark.concurrency; {w.concurrency})")
-    p.add_argument("--system-prompt-tokens", type=int,
+    p.add_argument("--concurrency", type=positive_int, help=f"concurrent AIPerf requests (benchmark.concurrency; {w.concurrency})")
+    p.add_argument("--system-prompt-tokens", type=positive_int,
                    help=f"shared system prompt of the agentic run, in fixture tokens (benchmark.systemPromptTokens; "
                         f"{w.system_prompt_tokens})")
-    p.add_argument("--turns", type=int, help=f"turns per agentic conversation (benchmark.turns; {w.turns})")
-    p.add_argument("--speedup-ratio", type=float, default=1.0, help="mocker timing speedup (1.0 = its model's pace)")
+    p.add_argument("--turns", type=positive_int, help=f"turns per agentic conversation (benchmark.turns; {w.turns})")
+    p.add_argument("--speedup-ratio", type=positive, default=1.0, help="mocker timing speedup (1.0 = its model's pace)")
     p.add_argument("--perf-profile", help="mocker --planner-profile-data (default: one written from the calibrated "
                    "performance model of the stack, `kimi-k3 plan STACK --mocker-profile`)")
     p.add_argument("--mocker-timing", dest="perf_model", action="store_false",
                    help="use the mocker's own timing model instead of the stack's performance model")
-    p.add_argument("--runs", help="AIPerf runs, comma-separated from agentic,synthetic (benchmark.runs; both)")
+    p.add_argument("--runs", type=choice_list(workload.RUNS), help="AIPerf runs, comma-separated from agentic,synthetic (benchmark.runs; both)")
     p.add_argument("--no-load", dest="load", action="store_false", help="skip AIPerf (ready + smoke test only)")
     p.add_argument("--host-network", action="store_true",
                    help="run on the host's loopback instead of a private network namespace (the default where "
@@ -289,7 +293,7 @@ def resolve_workload(cfg: Any, args: argparse.Namespace) -> workload.Workload:
     w = cfg.serving.benchmark.to_workload()
     given = {"requests": args.requests, "duration_seconds": args.duration, "concurrency": args.concurrency,
              "system_prompt_tokens": args.system_prompt_tokens, "turns": args.turns,
-             "runs": tuple(r for r in args.runs.split(",") if r) if args.runs is not None else None}
+             "runs": args.runs}
     return dataclasses.replace(w, **{k: v for k, v in given.items() if v is not None})
 
 
@@ -318,16 +322,20 @@ def run_aiperf(procs: Processes, name: str, argv: list[str], out: Path, deadline
 
 def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     try:
+        problem = stack_name_problem(args.stack)
+        if problem:
+            raise StackError(problem)
         cfg, graph = load_stack(args.stack)
     except (StackError, ConfigError) as err:
         say(f"kimi-k3 rehearse {args.stack}: {err}")
         return 2
     out = Path(args.out) if args.out else Path("build") / "rehearse" / args.stack
     out = out.resolve()
-    logs, model_dir, discovery = out / "logs", out / "model", out / "discovery"
+    logs, model_dir = out / "logs", out / "model"
     try:
+        check_writable_dir(out, "--out")  # without creating anything
         python = rehearse_python()
-    except RehearsalFailed as err:
+    except (RehearsalFailed, UserError) as err:
         say(f"kimi-k3 rehearse {args.stack}: {err}")
         return 2
     w = resolve_workload(cfg, args)
@@ -339,15 +347,24 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         say(f"kimi-k3 rehearse {args.stack}: --perf-profile {args.perf_profile}: no such file or directory "
             "(a mocker-format .npz or a profiler results directory)")
         return 2
-    for d in (logs, out / "aiperf"):
-        d.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(discovery, ignore_errors=True)  # a previous run's registrations would count as workers
-    # Input checked: from here on, run inside a private network namespace where possible.
+    # Input checked. One rehearsal per output directory at a time (a second one is refused before it starts).
+    try:
+        lock = lock_out(out)
+    except UserError as err:
+        say(f"kimi-k3 rehearse {args.stack}: {err}")
+        return 2
+    # From here on, run inside a private network namespace where possible.
     if not args.host_network:
         if os.environ.get(NETNS_ENV) != "1":
+            os.set_inheritable(lock, True)   # the lock stays held across the exec (unshare execs, no fork)
+            os.environ[LOCK_FD_ENV] = str(lock)
             enter_private_network(["rehearse", *command_line(args)], say)  # execs; returns only if unavailable
         else:
             loopback_up()
+    os.environ.pop(LOCK_FD_ENV, None)
+    clear_previous(out)
+    for d in (logs, out / "aiperf"):
+        d.mkdir(parents=True, exist_ok=True)
     args.network = "private network namespace (loopback only)" if os.environ.get(NETNS_ENV) == "1" else "host loopback"
 
     # Step timing from the stack's performance model unless a profile (or the mocker's own timing) is asked for.
@@ -355,7 +372,9 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     if args.perf_profile is None and args.perf_model:
         from kimi_k3 import perf
         try:
-            args.perf_profile = perf.write_mocker_profile(rehearsal.perf_profile(graph), str(out / "perf_profile.npz"))
+            profile = rehearsal.perf_profile(graph)
+            args.perf_profile = str(write_with(out / "perf_profile.npz",
+                                               lambda tmp: perf.write_mocker_profile(profile, tmp)))
             args.timing = "perf model"
         except perf.PerfError as err:
             say(f"rehearse {args.stack}: the mocker's own timing (no performance model for this layout: {err})")
@@ -369,15 +388,17 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     plan = rehearsal.plan_rehearsal(graph, role_plans, http_port=http_port, metrics_ports=metrics_ports,
                                     model_path=str(model_dir), speedup_ratio=args.speedup_ratio,
                                     perf_profile=args.perf_profile)
+    # TMPDIR of every child (AIPerf's memory-mapped datasets and IPC sockets: a short path, sun_path holds 107
+    # bytes) and this run's own discovery directory (another run's registrations never count as its workers);
+    # removed at exit.
+    scratch = Path(tempfile.mkdtemp(prefix="kimi-k3-rehearse-"))
+    discovery = scratch / "discovery"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DYN_", "HF_", "AIPERF_"))}
     broker_ports = (xsub_port, xpub_port)
     env.update(rehearsal.loopback_env(str(discovery), broker_ports))
     env[MARKER_ENV] = str(out)
-    # TMPDIR of every child (AIPerf's memory-mapped datasets and IPC sockets: a short path, sun_path holds 107
-    # bytes); removed at exit.
-    scratch = Path(tempfile.mkdtemp(prefix="kimi-k3-rehearse-"))
     env["TMPDIR"] = str(scratch)
-    (out / "processes.json").write_text(json.dumps(
+    write_text(out / "processes.json", json.dumps(
         [{"name": p.name, "role": p.role, "argv": ["python", "-m", p.module, *p.args], "env": dict(p.env),
           "metrics_port": p.metrics_port} for p in plan.processes], indent=1))
     say(f"rehearse {args.stack}: {len(plan.workers)} mocker workers "
@@ -393,7 +414,17 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     smoke_result: dict[str, Any] = {"passed": False, "checks": {}, "failures": {}}
     runs: dict[str, Any] = {}
     kv_hit, worker_load, failure = None, {}, None
+    before: Optional[list] = None
     code = 0
+
+    def measure() -> None:
+        """What the graph served so far (per worker, and the KV hit rate since the load began): a failed or
+        interrupted run reports what it measured, not zeros."""
+        nonlocal worker_load, kv_hit
+        worker_load = {p.name: rehearsal.worker_requests(_metrics(p.metrics_port)) for p in plan.workers}
+        if before is not None:
+            kv_hit = rehearsal.kv_hit_rate(_delta(before, _metrics(plan.http_port), HIT_METRICS))
+
     try:
         try:
             fixture = subprocess.run([str(python), str(FIXTURE), str(model_dir), str(plan.max_model_len)], env=env,
@@ -426,21 +457,25 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                 argv = aiperf_argv(python, plan, kind, w, model_dir, out / "aiperf" / kind)
                 runs[kind] = run_aiperf(procs, f"aiperf-{kind}", argv, out / "aiperf" / kind,
                                         w.run_deadline_seconds(), say, env)
-            after = _metrics(plan.http_port)
-            delta = _delta(before, after, ("dynamo_frontend_input_sequence_tokens_sum",
-                                           "dynamo_frontend_cached_tokens_sum"))
-            kv_hit = rehearsal.kv_hit_rate(delta)
-        worker_load = {p.name: rehearsal.worker_requests(_metrics(p.metrics_port)) for p in plan.workers}
+        measure()
         dead = procs.dead()
         if dead:
             raise RehearsalFailed(f"{dead[0][0]} exited with code {dead[0][1]} during the run")
     except RehearsalFailed as err:
         failure, code = str(err), 1
         say(f"FAILED: {err}")
+    except OSError as err:   # a process could not be started (a broken venv): a failed run, reported as one
+        failure, code = f"could not start a process: {err}", 1
+        say(f"FAILED: {failure}")
     except (KeyboardInterrupt, Interrupted):
         failure, code = "interrupted", 130
         say("interrupted")
     finally:
+        if code and not worker_load and readiness is not None:
+            try:   # the workers still run: what they served goes into the report
+                measure()
+            except (Exception, KeyboardInterrupt, Interrupted):
+                pass
         stopped = procs.stop_all()
         shutil.rmtree(scratch, ignore_errors=True)
         say(f"stopped {stopped} processes")
@@ -448,22 +483,62 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                                     runs=runs, kv_hit=kv_hit, worker_load=worker_load, failure=failure,
                                     extra={"total_seconds": round(time.monotonic() - started, 2),
                                            "network": args.network, "scratch_dir": str(scratch),
+                                           "discovery_dir": str(discovery),
                                            "readiness": None if readiness is None else dataclasses.asdict(readiness),
                                            "speedup_ratio": args.speedup_ratio, "timing": args.timing,
                                            "aiperf": {"requests": w.requests, "duration_cap_s": w.duration_seconds,
                                                       "concurrency": w.concurrency,
                                                       "system_prompt_tokens": w.system_prompt_tokens,
                                                       "turns": w.turns}})
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
     plots: list[str] = []
     try:
         from kimi_k3.commands import rehearse_plots
         plots = rehearse_plots.draw(report, out)
     except Exception as err:  # a plot must never hide the result
         say(f"plots skipped: {type(err).__name__}: {err}")
-    (out / "report.md").write_text(rehearsal.render_markdown(report, plots))
+    write_text(out / "report.md", rehearsal.render_markdown(report, plots))
     _summary(report, out, say)
     return code
+
+
+HIT_METRICS = ("dynamo_frontend_input_sequence_tokens_sum", "dynamo_frontend_cached_tokens_sum")
+LOCK_FD_ENV = "KIMI_K3_REHEARSE_LOCK_FD"  # the run's lock, held across the exec into the network namespace
+PLOTS = ("latency.png", "workers.png", "agentic_ttft.png")
+# A previous run's results: removed before this run starts, so a failed or interrupted run never shows them.
+PREVIOUS = ("report.json", "report.md", "processes.json", "perf_profile.npz", *PLOTS)
+PREVIOUS_DIRS = ("aiperf", "logs", "discovery")
+
+
+def lock_out(out: Path) -> int:
+    """An exclusive lock on OUT/.lock for this run (released when the process ends, however it ends); a second
+    rehearsal into the same directory is refused, naming the holder."""
+    import fcntl
+    inherited = os.environ.get(LOCK_FD_ENV)
+    if inherited:   # taken by this same process before it entered the network namespace
+        return int(inherited)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:   # what os.access cannot tell (root on /proc, a read-only mount)
+        raise UserError(f"--out {out}: cannot be written ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 500).decode(errors="replace").strip() or "pid unknown"
+        os.close(fd)
+        raise UserError(f"--out {out}: another rehearsal is running there ({holder}); wait for it to end, stop it, "
+                        "or give another --out") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+    return fd
+
+
+def clear_previous(out: Path) -> None:
+    for name in PREVIOUS:
+        (out / name).unlink(missing_ok=True)
+    for name in PREVIOUS_DIRS:
+        shutil.rmtree(out / name, ignore_errors=True)
 
 
 def _delta(before, after, names) -> list[tuple[str, dict[str, str], float]]:
@@ -472,11 +547,14 @@ def _delta(before, after, names) -> list[tuple[str, dict[str, str], float]]:
 
 
 def _summary(report: dict[str, Any], out: Path, say: Callable[[str], None]) -> None:
-    load = report["load"]
-    say(f"{report['stack']}: ready {report['ready_seconds']}s, smoke {'passed' if report['smoke']['passed'] else 'FAILED'}"
-        + (f", TTFT p50/p90/p99 {load['ttft_ms']['p50']}/{load['ttft_ms']['p90']}/{load['ttft_ms']['p99']} ms, "
-           f"ITL p50 {load['itl_ms']['p50']} ms, {load['output_tokens_per_second']} output tok/s, "
-           f"KV hit rate {report['kv_hit_rate']}" if load["requests"] else "")
+    load, fmt = report["load"], rehearsal._fmt   # the console says what report.md says, in the same units
+    t, hit = load["ttft_ms"], report["kv_hit_rate"]
+    say(f"{report['stack']}: ready {fmt(report['ready_seconds'], ' s')}, smoke "
+        f"{'passed' if report['smoke']['passed'] else 'FAILED'}"
+        + (f", TTFT p50/p90/p99 {fmt(t['p50'])}/{fmt(t['p90'])}/{fmt(t['p99'])} ms, "
+           f"ITL p50 {fmt(load['itl_ms']['p50'])} ms, {fmt(load['output_tokens_per_second'])} output tok/s, "
+           f"KV hit rate {'-' if hit is None else f'{100 * hit:.1f}%'}" if load["requests"] else "")
+        + (f", FAILED: {report['failure']}" if report["failure"] else "")
         + f" -> {out}/report.md")
 
 
@@ -487,7 +565,7 @@ def command_line(args: argparse.Namespace) -> list[str]:
                  "speedup_ratio", "perf_profile", "runs"):
         value = getattr(args, name)
         if value is not None:
-            out += ["--" + name.replace("_", "-"), str(value)]
+            out += ["--" + name.replace("_", "-"), ",".join(value) if name == "runs" else str(value)]
     return (out + ([] if args.load else ["--no-load"]) + (["--host-network"] if args.host_network else [])
             + ([] if args.perf_model else ["--mocker-timing"]))
 
@@ -523,7 +601,11 @@ def run(args: argparse.Namespace) -> int:
     gc.enable()  # the console script turns the collector off for short commands; this one runs for minutes
 
     def say(line: str) -> None:
-        print(line, flush=True)
+        try:
+            print(line, flush=True)
+        except BrokenPipeError:  # the reader (`| tee`, `| head`) is gone: still clean up and write the report
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
 
 
     def interrupted(signum, frame):  # SIGTERM/SIGHUP: clean up exactly as on Ctrl-C

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kimi_k3.atomic import write_with
+
 ROLE_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
 
 
@@ -31,7 +33,7 @@ def draw(report: dict[str, Any], out: Path) -> list[str]:
             ax.legend(fontsize=8)
         fig.suptitle(f"{report['stack']}: AIPerf against the local Dynamo frontend (mocker engines)")
         fig.tight_layout()
-        fig.savefig(out / "latency.png", dpi=110)
+        write_with(out / "latency.png", lambda tmp: fig.savefig(tmp, dpi=110))  # never a half-written PNG
         plt.close(fig)
         files.append("latency.png")
 
@@ -45,7 +47,7 @@ def draw(report: dict[str, Any], out: Path) -> list[str]:
         ax.set_ylabel("requests handled")
         ax.set_title(f"{report['stack']}: load per worker (Dynamo's dynamo_component_requests_total)")
         fig.tight_layout()
-        fig.savefig(out / "workers.png", dpi=110)
+        write_with(out / "workers.png", lambda tmp: fig.savefig(tmp, dpi=110))  # never a half-written PNG
         plt.close(fig)
         files.append("workers.png")
 
@@ -67,7 +69,7 @@ def draw(report: dict[str, Any], out: Path) -> list[str]:
         ax.set_ylabel("time to first token (ms)")
         ax.set_title(f"{report['stack']}: agentic run, TTFT vs growing context")
         fig.tight_layout()
-        fig.savefig(out / "agentic_ttft.png", dpi=110)
+        write_with(out / "agentic_ttft.png", lambda tmp: fig.savefig(tmp, dpi=110))  # never a half-written PNG
         plt.close(fig)
         files.append("agentic_ttft.png")
     return files

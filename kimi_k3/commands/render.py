@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import runpy
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +20,11 @@ from typing import Any
 import yaml
 from google.protobuf import json_format
 
+from kimi_k3.atomic import write_text
 from kimi_k3.errors import UserError, check_writable_dir
 from kimi_k3.stacks import SECRET_PLACEHOLDER, StackError, project_root, read_stack_config
+
+from .argtypes import stack_name_problem
 
 PROJECT = "kimi-k3"
 ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
@@ -75,9 +79,9 @@ class Rendered:
 
     def write(self, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "manifests.yaml").write_text(dump_manifests(self.objects))
+        write_text(out_dir / "manifests.yaml", dump_manifests(self.objects))  # whole or not at all (atomic.py)
         doc = {"stack": self.stack, "assumed": self.assumed, "outputs": self.outputs, "resources": self.resources}
-        (out_dir / "resources.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        write_text(out_dir / "resources.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 def _under(placeholders: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
@@ -250,19 +254,33 @@ def run(args: argparse.Namespace) -> int:
             for stack in args.stacks}
     for out in outs.values():  # before the first render: a bad --out fails fast and leaves nothing behind
         check_writable_dir(out, "--out")
-    for stack in args.stacks:
-        out = outs[stack]
+    for stack in args.stacks:  # every name checked before any is rendered or written
+        problem = stack_name_problem(stack)
         try:
-            rendered = render_stack(stack)
+            if problem:
+                raise StackError(problem)
+            read_stack_config(stack)
         except StackError as err:
             print(f"kimi-k3 render {stack}: {err}", file=sys.stderr)
             return 2
+    renders = {}
+    for stack in args.stacks:  # every stack rendered before any is written: one refused leaves nothing behind
         try:
-            rendered.write(out)
+            renders[stack] = render_stack(stack)
+        except StackError as err:
+            print(f"kimi-k3 render {stack}: {err}", file=sys.stderr)
+            return 2
+    for stack in args.stacks:
+        out, rendered = outs[stack], renders[stack]
+        created = not out.exists()
+        try:
             from .figures import stack_figures  # GPUs, cost/h, time to first token: what `kimi-k3 diff` compares
-            (out / "figures.json").write_text(json.dumps(stack_figures(stack, rendered.resources), indent=2,
-                                                         sort_keys=True) + "\n")
+            figures = json.dumps(stack_figures(stack, rendered.resources), indent=2, sort_keys=True) + "\n"
+            rendered.write(out)
+            write_text(out / "figures.json", figures)
         except OSError as exc:
+            if created:  # a directory this run made and could not fill is not left behind
+                shutil.rmtree(out, ignore_errors=True)
             raise UserError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
         print(f"{stack}: {len(rendered.objects)} Kubernetes objects, {len(rendered.resources)} resources, "
               f"{rendered.outputs.get('gpus')} GPUs on {rendered.outputs.get('nodes')} nodes -> {out}/")
