@@ -571,7 +571,9 @@ def split_modules(new_texts: dict[str, str], plan: Plan, m: Mapping, report: lis
             own = set().union(*(stmt_defines(s) for s in stmts)) if stmts else set()
             for name in sorted(used_names(stmts) - own):
                 if name in bindings:
-                    dst_needs[dst][name] = absolutize(bindings[name], src_mod, src.endswith("__init__.py"))
+                    line = absolutize(bindings[name], src_mod, src.endswith("__init__.py"))
+                    if not line.startswith(f"from {mod_of(dst)} import "):  # dst defines it already
+                        dst_needs[dst][name] = line
                 elif name in defined:
                     home = moved_name_home.get((src, name))
                     target = mod_of(home) if home else src_mod
