@@ -68,7 +68,7 @@ def parse_moves(text: str) -> Plan:
         elif m := re.fullmatch(r"(\S+\.py) no longer imports (\S+\.py)", line):
             plan.expect_absent.append((m.group(1), m.group(2)))
         elif m := re.fullmatch(r"in (\S+) replace (.+?) \|\|\| (.+)", line):
-            plan.replace.append((m.group(1), m.group(2), m.group(3)))
+            plan.replace.append((m.group(1), m.group(2).replace("\\n", "\n"), m.group(3).replace("\\n", "\n")))
         elif m := re.fullmatch(r"package (\S+)", line):
             plan.new_packages.add(m.group(1))
         # other lines ("starts importing", prose) document intent only
@@ -765,6 +765,9 @@ def main(argv: list[str] | None = None) -> int:
             new_texts[init] = PACKAGE_DOCS.get(pkg, f'"""{pkg}: see docs/architecture.md."""\n')
             creates.append(init)
 
+    readme = new_texts.get("README.md") or (root / "README.md").read_text()
+    if "## Where to go next" not in readme:  # the front door's last section: a newcomer's map of the folders
+        new_texts["README.md"] = readme.rstrip("\n") + "\n" + (HERE / "where-to-go-next.md").read_text()
     print(f"relayout: {len(plan.module_moves)} files move, {sum(len(n) for _, _, n in plan.def_moves)} "
           f"definitions move, {len(creates)} new files, {len(new_texts)} files rewritten")
     for line in report:
