@@ -707,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
     present = set(files)
     clash = sorted(d for d in plan.module_moves.values() if d in present)
     if clash:
-        print(f"relayout: destinations exist already ({', '.join(clash[:5])}): laid out already?", file=sys.stderr)
+        print(f"relayout: destinations exist already ({', '.join(clash[:5])}): laid out already? refusing to run twice", file=sys.stderr)
         return 2
     report: list[str] = []
     for src in sorted(plan.module_moves):
@@ -783,6 +783,7 @@ def main(argv: list[str] | None = None) -> int:
         (root / path).write_text(text)
     subprocess.run(["git", "add", "-A", "--", *sorted({p.split("/")[0] for p in new_texts} | {
         p.split("/")[0] for p in plan.module_moves})], cwd=root, check=True)
+    marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text("laid out by tools/relayout/relayout.py; delete this file only with the step undone\n")
     if not args.no_format:
         ruff = shutil.which("ruff", path=str(root / ".venv" / "bin")) or shutil.which("ruff")
