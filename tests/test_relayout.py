@@ -76,11 +76,14 @@ def relayout(root: Path, *args: str) -> subprocess.CompletedProcess:
 def test_the_step_moves_rewrites_runs_and_refuses_a_second_run(tmp_path):
     root = tree(tmp_path)
     dry = relayout(root)
-    assert dry.returncode == 0 and "dry run" in dry.stdout
+    assert dry.returncode == 1 and "dry run (nothing changed); 2 unplaced item(s)" in dry.stdout
+    assert "UNPLACED: kimi_k3/user.py is not named in moves.txt: it stays where it is" in dry.stdout
     assert not (root / "kimi_k3" / "core").exists()
-    out = relayout(root, "--apply")
-    assert "UNPLACED: kimi_k3/absent.py (named in moves.txt) does not exist" in out.stdout
-    assert out.returncode == 1  # an unplaced item is a failure the lead must look at
+    refused = relayout(root, "--apply")  # an unplaced item stops the step before it changes anything
+    assert refused.returncode == 1 and "UNPLACED: kimi_k3/absent.py (named in moves.txt) does not exist" in refused.stdout
+    assert "nothing changed" in refused.stderr and (root / "kimi_k3" / "big.py").exists()
+    out = relayout(root, "--apply", "--allow-unplaced")
+    assert out.returncode == 0, out.stdout + out.stderr
     assert not (root / "kimi_k3" / "big.py").exists() and (root / "kimi_k3" / "core" / "big.py").exists()
     assert "LIMIT = 256" in (root / "kimi_k3" / "names.py").read_text()
     assert "LIMIT =" not in (root / "kimi_k3" / "core" / "big.py").read_text()
