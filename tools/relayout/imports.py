@@ -105,7 +105,12 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
+FOUNDATION_FILES: set[str] = set()  # kimi_k3/<name>.py files at the package root outside LAYERS (filled by analyse)
+
+
 def layer_of(mod: str) -> int | None:
+    if mod in FOUNDATION_FILES:
+        return next(i for i, g in enumerate(LAYERS) if g in TOGETHER)
     for i, group in enumerate(LAYERS):
         for prefix in group:
             if mod == prefix or mod.startswith(prefix + "."):
@@ -114,6 +119,8 @@ def layer_of(mod: str) -> int | None:
 
 
 def sibling_group(mod: str) -> str | None:
+    if mod in FOUNDATION_FILES:
+        return "kimi_k3.errors"
     for group in LAYERS:
         for prefix in group:
             if mod == prefix or mod.startswith(prefix + "."):
@@ -161,6 +168,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def analyse(root: Path) -> dict:
     modules = project_files(root)
+    FOUNDATION_FILES.clear()
+    FOUNDATION_FILES.update(m for m, p in modules.items() if m.count(".") == 1 and m.startswith("kimi_k3.")
+                            and p.name != "__init__.py" and layer_of(m) is None and m != "kimi_k3.__main__")
     edges: dict[str, set[str]] = {m: set() for m in modules}
     all_edges: dict[str, set[str]] = {m: set() for m in modules}
     local: list[tuple[str, str, int]] = []
