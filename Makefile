@@ -21,7 +21,7 @@ USER_CONFIG = .pulumi-user/Pulumi.$(STACK).yaml
 PULUMI_ARGS = --stack $(STACK) --config-file $(USER_CONFIG)
 MIN_PYTHON := 3.11
 
-.PHONY: venv test test-slow test-perf perf-venv pareto guard render check plan bench pulumi-cli stack token preview up park unpark clean rehearse rehearse-venv test-rehearse help python-version diff user-config engine-tools test-engine
+.PHONY: venv lint test test-slow test-perf perf-venv pareto guard render check plan bench pulumi-cli stack token preview up park unpark clean rehearse rehearse-venv test-rehearse help python-version diff user-config engine-tools test-engine
 
 help:  ## list the targets
 	@echo "make TARGET [STACK=gb300-disagg]    (stacks: $(STACKS))"
@@ -70,6 +70,13 @@ $(REHEARSE_VENV)/bin/aiperf: requirements-rehearse.txt constraints-rehearse.txt
 	@echo "Done: $(REHEARSE_VENV), $$(du -sh $(REHEARSE_VENV) | cut -f1)"
 
 rehearse-venv: $(REHEARSE_VENV)/bin/aiperf  ## the rehearsal's own venv (Dynamo + AIPerf from PyPI, ~1.5 GB)
+
+# The same paths tools/relayout/relayout.py formats once; the contract is pyproject.toml's [tool.importlinter].
+LINT_PATHS := __main__.py kimi_k3 components policies tests tests_aiconfigurator tools bench
+lint: venv  ## ruff format --check, ruff check and the import contract (layers; pods/ imports only the stdlib)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/lint-imports
 
 test: venv  ## the test suite within its budget (what CI runs first: .ci/run)
 	$(BIN)/pytest -n auto --dist loadfile   # one worker per core; a test file stays on one worker (its fixtures once)
