@@ -217,6 +217,8 @@ def _write_verified(read: Callable[[int], bytes], path: Path, rel: str, size: in
                 got += len(chunk)
                 if progress:
                     progress(len(chunk))
+            out.flush()
+            os.fsync(out.fileno())               # on disk before the rename: XFS does not flush on rename
         if got != size or h.hexdigest() != digest:
             raise OSError(f"{rel}: got {got} bytes with sha256 {h.hexdigest()[:12]}..., the manifest says {size} "
                           f"bytes, {digest[:12]}...")

@@ -75,3 +75,26 @@ def test_the_copy_leaves_kubelets_eviction_reserve_free():
     free = int(missing * wp.SPACE_MARGIN) + 10**9                     # fits, with under 1% of the array left
     assert wp.too_full(missing, Usage(total, total - free, free)), "copies into kubelet's eviction reserve"
     assert not wp.too_full(missing, Usage(total, 0, total))
+
+
+def test_a_copy_is_on_disk_before_it_replaces_the_link(tmp_path, monkeypatch):
+    """A restarted pod trusts its VERIFIED record and the file's size (Local._intact). After a node crash, a copy
+    renamed before its data reached the disk can come back with the right size and zeroed or missing extents (XFS,
+    which setup-local-disks formats the array with, has no flush-on-rename): served and loaded as verified. The data
+    must be fsync'd before the rename that makes it the checkpoint's file."""
+    src = tmp_path / "src"
+    src.mkdir()
+    blob = os.urandom(1 << 16)
+    (src / "shard").write_bytes(blob)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(wp.os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                    real_fsync(fd))[1])
+    monkeypatch.setattr(wp.os, "replace", lambda a, b: (events.append(("replace", str(a))), real_replace(a, b))[1])
+    import hashlib
+    wp.copy_from_source(src, dest / "shard", "shard", len(blob), hashlib.sha256(blob).hexdigest())
+    part = str(dest / "shard.part")
+    assert ("replace", part) in events, events
+    assert ("fsync", part) in events[:events.index(("replace", part))], f"renamed before its data was synced: {events}"
