@@ -98,3 +98,36 @@ def test_a_copy_is_on_disk_before_it_replaces_the_link(tmp_path, monkeypatch):
     part = str(dest / "shard.part")
     assert ("replace", part) in events, events
     assert ("fsync", part) in events[:events.index(("replace", part))], f"renamed before its data was synced: {events}"
+
+
+def test_a_revision_change_replaces_every_prefetch_pod_at_once(rendered):
+    """Replaced one at a time (the DaemonSet default, maxUnavailable 1), the k-th new pod's preferred readers are
+    mostly old pods, which 404 the new content: the bucket serves (N+1)/2 checkpoints over the Local Zone link
+    instead of one (kubernetes DaemonSet RollingUpdate: maxUnavailable defaults to 1)."""
+    from conftest import STACKS, by_kind
+    for stack in STACKS:
+        (ds,) = [d for d in by_kind(rendered[stack].objects, "DaemonSet")
+                 if d["metadata"]["name"] == "kimi-k3-weights-prefetch"]
+        assert ds["spec"].get("updateStrategy") == {"type": "RollingUpdate",
+                                                    "rollingUpdate": {"maxUnavailable": "100%"}}, stack
+
+
+def test_pods_replaced_together_read_the_new_revision_from_the_bucket_once(tmp_path, cluster):
+    """What the strategy buys, on the shipped program: all pods of revision 2 start together after revision 1."""
+    old, new = checkpoint(9), checkpoint(10)
+    bucket = tmp_path / "bucket"
+    src1, src2 = write_revision(bucket, REV1, old), write_revision(bucket, REV2, new)
+    nodes = cluster(3)
+    ips = [n.ip for n in nodes]
+    for node in nodes:
+        node.start(src1, REV1, ips, expected=3)
+    wait_ready(nodes)
+    for node in nodes:
+        node.stop()
+    for node in nodes:
+        node.start(src2, REV2, ips, expected=3)
+    wait_ready(nodes)
+    from test_peer_copy_distributed import assert_holds_exactly, bucket_bytes
+    for n in nodes:
+        assert_holds_exactly(n, new)
+    assert sum(bucket_bytes(n) for n in nodes) == sum(map(len, new.values()))
