@@ -80,7 +80,8 @@ else:
             hf_token=settings.require_secret("hfToken"), model_repo=cfg.model.repo, model_revision=cfg.model.revision,
             hub_version=cfg.model.hub_version, fetcher_subnet_id=eks.system_subnet_ids[0], egress_ready=eks.egress_ready,
             oidc=eks.oidc, compile_cache=graph.compile_cache,
-            namespace=cluster.namespace), provider=cluster.provider)
+            namespace=cluster.namespace, fetch_deadline_seconds=cfg.serving.download_timeout_seconds),
+            provider=cluster.provider)
         storage_class, storage_ready = storage.storage_class, storage.ready
     platform = Addons("kimi-k3-platform", AddonsArgs(addons, wait_for=system_nodes), opts=k8s_only)
     cache = ModelCache("kimi-k3-model-cache", ModelCacheArgs(

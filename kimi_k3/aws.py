@@ -522,11 +522,12 @@ def storage_zone(cfg: StackConfig) -> str:
 
 
 def fetcher_user_data(*, bucket: str, prefix: str, repo: str, revision: str, secret_arn: str, region: str,
-                      index: int, count: int, hub_version: str) -> str:
+                      index: int, count: int, hub_version: str, deadline_seconds: int = 28800) -> str:
     """Cloud-init script of one fetcher: Python 3.12 + huggingface_hub, the token from Secrets Manager (never in user
     data), the fetch script, then power off (the instance terminates: shutdown behaviour `terminate`). An EXIT trap
     powers off on every path, and on failure first writes the failing step and the log's tail to the bucket
-    (fetch_checkpoint.failure_key), which the verify Job reports at once instead of polling for hours."""
+    (fetch_checkpoint.failure_key), which the verify Job reports at once instead of polling for hours. Every step
+    ends by `deadline_seconds` from boot (the stack's download timeout): a hung step has no exit path otherwise."""
     from .fetch_checkpoint import failure_key
     script = base64.b64encode(FETCH_SCRIPT.read_bytes()).decode()
     failed = f"s3://{bucket}/{failure_key(prefix, index, count)}"
@@ -537,12 +538,16 @@ def fetcher_user_data(*, bucket: str, prefix: str, repo: str, revision: str, sec
         f"export AWS_DEFAULT_REGION={region}",
         # Every exit (a failed step under set -e, a signal, success) runs this; it cannot itself stop the power-off.
         "step=boot",
+        f"deadline=$((SECONDS + {deadline_seconds}))",
+        # A hung step (stalled transfer, unanswering mirror) is cut at the deadline: exit 124, then the trap.
+        "bounded() { local left=$((deadline - SECONDS)); timeout --kill-after=30 $((left > 1 ? left : 1)) \"$@\"; }",
         "finish() {",
         "  rc=$?",
         "  trap - EXIT",
         "  set +e",
         "  if [ \"$rc\" -ne 0 ]; then",
-        f"    {{ echo \"fetcher {index + 1}/{count} failed (exit $rc) at: $step\"; tail -n 40 {log}; }} \\",
+        "    why=''; [ \"$rc\" -eq 124 ] && why=\" (timed out: the deadline is " + str(deadline_seconds) + " s from boot)\"",
+        f"    {{ echo \"fetcher {index + 1}/{count} failed (exit $rc) at: $step$why\"; tail -n 40 {log}; }} \\",
         f"      | timeout 60 aws s3 cp --only-show-errors - {failed}",
         "  fi",
         "  shutdown -h now",
@@ -551,18 +556,18 @@ def fetcher_user_data(*, bucket: str, prefix: str, repo: str, revision: str, sec
         "trap 'exit 143' TERM INT HUP",
         f"exec > >(tee {log} | logger -t kimi-k3-fetch) 2>&1",
         # A replaced fetcher clears its share's earlier failure, so the verify Job does not report a stale one.
-        f"step='clear the earlier failure'; aws s3 rm --only-show-errors {failed}",
+        f"step='clear the earlier failure'; bounded aws s3 rm --only-show-errors {failed}",
         # Staging in memory: files in flight (fetch_checkpoint.PARALLEL_FILES shards) must fit; tmpfs defaults to half.
         "step='size /dev/shm'; mount -o remount,size=110G /dev/shm",
-        "step='install python'; dnf install -y -q python3.12 python3.12-pip",
-        f"step='install huggingface_hub'; python3.12 -m pip install -q 'huggingface_hub[hf_xet]=={hub_version}'",
+        "step='install python'; bounded dnf install -y -q python3.12 python3.12-pip",
+        f"step='install huggingface_hub'; bounded python3.12 -m pip install -q 'huggingface_hub[hf_xet]=={hub_version}'",
         f"echo '{script}' | base64 -d > /opt/fetch_checkpoint.py",
         f"export MODEL_REPO={repo} MODEL_REVISION={revision} BUCKET={bucket} "
         f"PREFIX={prefix} FETCHER_INDEX={index} FETCHERS={count} STAGING=/dev/shm/kimi-k3 HF_XET_HIGH_PERFORMANCE=1",
         "step='read the token from Secrets Manager'",
-        f"HF_TOKEN=$(aws secretsmanager get-secret-value --secret-id {secret_arn} --query SecretString --output text)",
+        f"HF_TOKEN=$(bounded aws secretsmanager get-secret-value --secret-id {secret_arn} --query SecretString --output text)",
         "export HF_TOKEN",
-        "step='fetch_checkpoint.py'; python3.12 /opt/fetch_checkpoint.py",
+        "step='fetch_checkpoint.py'; bounded python3.12 /opt/fetch_checkpoint.py",
         "exit 0",
         "",
     ])

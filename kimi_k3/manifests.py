@@ -662,6 +662,10 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
                      {"name": REMOTE_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": n["pvc"], "readOnly": True}},
                      {"name": "node-local", "hostPath": {"path": node_local_root(), "type": "DirectoryOrCreate"}}]},
         config_maps=(script,), annotations={"pulumi.com/timeoutSeconds": str(graph.download_timeout_seconds)})
+    # A revision change replaces every pod at once: replaced one by one (the default, maxUnavailable 1), the k-th
+    # new pod finds its preferred readers still old (404) and reads (N-k+1)/N of the checkpoint from the bucket,
+    # (N+1)/2 checkpoints over the Local Zone link in all. Old workers keep the old copy (weights_prefetch.make_room).
+    daemonset["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}
     return [script, service, daemonset]
 
 

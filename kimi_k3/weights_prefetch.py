@@ -25,7 +25,8 @@ Layout: LOCAL_ROOT/<revision>/<repo>/... mirrors SOURCE (= <remote mount>/<repo>
 file is a symlink to its SOURCE path, so the tree is complete at once (workers mount the bucket at the same remote
 path and can read through it); each copy is written beside it, hashed, checked against the manifest and renamed over
 the link, and recorded in LOCAL_ROOT/<revision>/VERIFIED (a restarted pod keeps what it verified). Other revisions'
-directories under LOCAL_ROOT are removed (they are copies). The pod turns Ready (READY_MARKER) when every file is a
+directories under LOCAL_ROOT are removed, oldest first, only as far as this revision's copy needs the room (the old
+graph's workers on the node mount theirs until the new graph replaces them). The pod turns Ready (READY_MARKER) when every file is a
 verified local copy, or when the disk cannot hold them (then workers read through the links, and the log says so).
 
 Environment: SOURCE, LOCAL_ROOT, MODEL_REPO, MODEL_REVISION, POD_IP, PEERS_DNS (headless Service; names separated by
@@ -57,6 +58,10 @@ VERIFIED = ".kimi-k3-verified.json"             # in LOCAL_ROOT/<revision>: rel 
 MANIFEST_DIR = ".kimi-k3"                        # in the checkpoint directory: manifest-<i>-of-<n>.json, failed-*
 CHUNK = 16 << 20
 SPACE_MARGIN = 1.02                             # keep 2% of the filesystem's free space beyond the checkpoint
+# ...and kubelet's hard-eviction reserve of the array, which also holds /var/lib/kubelet and /var/lib/containerd
+# (amazon-eks-ami setup-local-disks); kubelet defaults imagefs.available<15%, nodefs.available<10%
+# (kubernetes pkg/kubelet/eviction/defaults_linux.go): below it the node turns DiskPressure and evicts pods.
+EVICTION_RESERVE = 0.15
 MAX_SERVING = 32                                # concurrent transfers a peer serves (32 x 16 MiB buffers)
 SOCKET_TIMEOUT = 60                             # seconds a peer connection may stall, both sides
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -180,6 +185,25 @@ def remove_other_revisions(root: Path, revision: str) -> list[str]:
     return removed
 
 
+def too_full(missing: int, usage) -> bool:
+    """Whether copying `missing` bytes would eat into the margin or kubelet's eviction reserve (usage: disk_usage)."""
+    return missing * SPACE_MARGIN + usage.total * EVICTION_RESERVE > usage.free
+
+
+def make_room(root: Path, revision: str, missing: int, disk_usage=shutil.disk_usage) -> list[str]:
+    """Remove other revisions' copies, oldest first, only while this revision's copy would not fit: workers of the
+    old graph still on this node mount theirs (hostPath) and reload from it when they restart."""
+    removed = []
+    others = sorted((c for c in root.iterdir() if c.name != revision and c.is_dir() and not c.is_symlink()),
+                    key=lambda c: c.stat().st_mtime) if root.is_dir() else []
+    for child in others:
+        if not too_full(missing, disk_usage(root)):
+            break
+        shutil.rmtree(child)
+        removed.append(child.name)
+    return removed
+
+
 def _write_verified(read: Callable[[int], bytes], path: Path, rel: str, size: int, digest: str,
                     progress: Callable[[int], None] | None = None) -> None:
     """Stream into <file>.part, hashing; rename over the link only if size and sha256 are the manifest's."""
@@ -193,6 +217,8 @@ def _write_verified(read: Callable[[int], bytes], path: Path, rel: str, size: in
                 got += len(chunk)
                 if progress:
                     progress(len(chunk))
+            out.flush()
+            os.fsync(out.fileno())               # on disk before the rename: XFS does not flush on rename
         if got != size or h.hexdigest() != digest:
             raise OSError(f"{rel}: got {got} bytes with sha256 {h.hexdigest()[:12]}..., the manifest says {size} "
                           f"bytes, {digest[:12]}...")
@@ -444,21 +470,22 @@ def main() -> int:
     except ManifestError as err:
         print(f"cannot copy the checkpoint: {err} (the download Job verifies it first; is it done?)", file=sys.stderr)
         return 1
-    for old in remove_other_revisions(root, revision):
-        print(f"removed the node-local copy of revision {old}", flush=True)
     marker = root / revision / READY_MARKER
     marker.unlink(missing_ok=True)
     dest.mkdir(parents=True, exist_ok=True)
     local = Local(root / revision / VERIFIED, dest, files)
     missing = prepare_tree(source, dest, files, local)
+    for old in make_room(root, revision, missing):
+        print(f"removed the node-local copy of revision {old} to make room", flush=True)
     total = sum(size for size, _ in files.values())
-    free = shutil.disk_usage(dest).free
+    usage = shutil.disk_usage(dest)
+    free = usage.free
     where, device = filesystem_path(Path("/proc/self/mountinfo").read_text(), str(root))
     wanted = env.get("FS_PATH")
     why = (f"{root} is {where} on {device}, not {wanted}: no instance-store array at the host path (nodeadm's "
            f"localStorage), and the root volume must not take the checkpoint" if wanted and where != wanted else
-           f"{missing / 1e9:.0f} GB to copy, {free / 1e9:.0f} GB free under {root}" if missing * SPACE_MARGIN > free
-           else "")
+           f"{missing / 1e9:.0f} GB to copy, {free / 1e9:.0f} GB free under {root} of {usage.total / 1e9:.0f} GB, "
+           f"{EVICTION_RESERVE:.0%} of which kubelet's eviction keeps free" if too_full(missing, usage) else "")
     if why:
         print(f"NOT COPYING: {why}; workers read the bucket through the links", flush=True)
         marker.write_text("links\n")

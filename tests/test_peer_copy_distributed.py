@@ -126,7 +126,7 @@ def wait_ready(nodes: list[Node], bound: float = BOUND) -> float:
 
 def assert_holds_exactly(node: Node, data: dict[str, bytes]) -> None:
     """The node's tree of its revision is the manifest's files, each a regular file with the manifest's sha256;
-    no other revision's directory is left."""
+    other revisions' directories are not part of it."""
     dest = node.root / node.revision / f"{REPO}@{node.revision}"
     got = {p.relative_to(dest).as_posix(): p for p in dest.rglob("*") if (p.is_file() or p.is_symlink())
            and not p.relative_to(dest).as_posix().startswith(MANIFEST_DIR + "/")}   # records, not weights
@@ -136,8 +136,8 @@ def assert_holds_exactly(node: Node, data: dict[str, bytes]) -> None:
         assert not p.is_symlink(), f"{node.ip}: {rel} is still a link to the bucket"
         assert hashlib.sha256(p.read_bytes()).hexdigest() == hashlib.sha256(blob).hexdigest(), \
             f"{node.ip}: {rel} does not hold revision {node.revision[:4]}'s bytes"
-    others = [c.name for c in node.root.iterdir() if c.is_dir() and c.name != node.revision]
-    assert not others, f"{node.ip}: other revisions left: {others}"
+    # Other revisions' directories stay while the disk has room: the old graph's workers on the node mount them
+    # (tests/test_peer_copy_review.py); they are never the tree checked here.
 
 
 def bucket_bytes(node: Node) -> int:

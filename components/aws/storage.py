@@ -31,7 +31,8 @@ class ModelStorageArgs:
                  hf_token: Optional[pulumi.Input[str]] = None, model_repo: str = "", model_revision: str = "main",
                  hub_version: str = "", fetcher_subnet_id: Optional[pulumi.Input[str]] = None,
                  egress_ready: Sequence[pulumi.Resource] = (), oidc: Optional[Oidc] = None,
-                 compile_cache: bool = False, namespace: Optional[pulumi.Resource] = None, parked: bool = False):
+                 compile_cache: bool = False, namespace: Optional[pulumi.Resource] = None, parked: bool = False,
+                 fetch_deadline_seconds: int = 28800):
         """
         :param storage: `kimi-k3:storage` (kind s3, fsx-lustre or efs, sizes, fetchers, compile cache).
         :param cluster_name: the EKS cluster, for the CSI driver add-ons.
@@ -55,10 +56,12 @@ class ModelStorageArgs:
             (the Mountpoint driver's may read the bucket; the FSx/EFS controllers' have no permissions).
         :param compile_cache: create the shared compile-cache volume (EFS) and its PV + PVC.
         :param namespace: the serving namespace, which the compile-cache PVC lives in.
+        :param fetch_deadline_seconds: every fetcher step ends by then from boot (the stack's download timeout).
         :param parked: only what holds the weights (the bucket; a filesystem with its S3 association and security
             group): no cluster to mount it in, no fetchers.
         """
         self.parked = parked
+        self.fetch_deadline_seconds = fetch_deadline_seconds
         self.wait_for = wait_for or []
         self.storage = storage
         self.cluster_name = cluster_name
@@ -223,7 +226,8 @@ class ModelStorage(pulumi.ComponentResource):
             user_data = pulumi.Output.all(bucket.bucket, secret.arn).apply(
                 lambda a, i=i: spec.b64(spec.fetcher_user_data(
                     bucket=a[0], prefix=prefix, repo=args.model_repo, revision=args.model_revision, secret_arn=a[1],
-                    region=args.region, index=i, count=s3.fetchers, hub_version=args.hub_version)))
+                    region=args.region, index=i, count=s3.fetchers, hub_version=args.hub_version,
+                    deadline_seconds=args.fetch_deadline_seconds)))
             fetchers.append(aws.ec2.Instance(
                 f"{name}-fetcher-{i}", launch_template={"id": template.id, "version": "$Latest"},
                 subnet_id=args.fetcher_subnet_id, user_data_base64=user_data,

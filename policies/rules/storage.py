@@ -29,6 +29,8 @@ EFS_DRIVER = "efs.csi.aws.com"
 # CSI drivers (and the in-tree `nfs` source) of network filesystems many pods share, whose files carry POSIX owners.
 SHARED_DRIVERS = {EFS_DRIVER: "EFS", "fsx.csi.aws.com": "FSx for Lustre", "nfs.csi.k8s.io": "NFS",
                   "filestore.csi.storage.gke.io": "Filestore", "nfs": "NFS"}
+# Block devices (one node's filesystem, fsGroup applies): never a shared filesystem, whatever the claim's access mode.
+BLOCK_DRIVERS = {"ebs.csi.aws.com", "pd.csi.storage.gke.io", "disk.csi.azure.com"}
 ACCESS_POINT_TYPE = "aws:efs/accessPoint:AccessPoint"
 NEW_ROOT = (0, 0, 0o755)   # owner uid, gid, mode of a new EFS root (documented) or NFS/FSx export (assumed)
 # What the Pulumi engine passes a policy for a value not known yet (pulumi_policy/proxy.py UNKNOWN_*_VALUE): during a
@@ -86,6 +88,8 @@ def _prepared(claim: Optional[Mapping], namespace: Optional[str], objects: Seque
     if claim is None:
         return None, None
     spec = claim.get("spec") or {}
+    # Many nodes writing one volume is a shared filesystem, whatever its class or driver is called.
+    shared = "ReadWriteMany" in (spec.get("accessModes") or [])
     pvs = _by_name(objects, "PersistentVolume")
     pv = _find(pvs, None, spec["volumeName"]) if spec.get("volumeName") else next(
         (p for p in pvs.values() if ((p.get("spec") or {}).get("claimRef") or {}).get("name") == claim_name
@@ -95,6 +99,9 @@ def _prepared(claim: Optional[Mapping], namespace: Optional[str], objects: Seque
         csi = pspec.get("csi") or {}
         driver = csi.get("driver") or ("nfs" if pspec.get("nfs") else None)
         if driver not in SHARED_DRIVERS:
+            if driver not in BLOCK_DRIVERS and (shared or "ReadWriteMany" in (pspec.get("accessModes") or [])):
+                return "shared", (f"PersistentVolume {(pv.get('metadata') or {}).get('name')} is ReadWriteMany on "
+                                  f"{driver or 'a volume source'} this rule does not know: who owns its root is unknown")
             return None, None
         kind = SHARED_DRIVERS[driver]
         handle = str(csi.get("volumeHandle") or "")
@@ -124,12 +131,18 @@ def _prepared(claim: Optional[Mapping], namespace: Optional[str], objects: Seque
     sc_name = spec.get("storageClassName")
     sc = _find(_by_name(objects, "StorageClass"), None, sc_name) if sc_name else None
     if sc is None:
-        if sc_name and any(k in str(sc_name).lower() for k in ("efs", "nfs", "fsx", "filestore")):
+        if shared or sc_name and any(k in str(sc_name).lower() for k in ("efs", "nfs", "fsx", "filestore")):
+            if not sc_name:
+                return "shared", ("a ReadWriteMany claim of the cluster's default storage class, not in the input: "
+                                  "who owns a provisioned volume's root is unknown")
             return "shared", (f"storage class {sc_name!r} looks like a shared filesystem but is not in the input: who "
                               "owns a provisioned volume's root is unknown")
         return None, None
     driver = sc.get("provisioner")
     if driver not in SHARED_DRIVERS:
+        if shared and driver not in BLOCK_DRIVERS:
+            return "shared", (f"storage class {sc_name} ({driver}) provisions a ReadWriteMany volume this rule does "
+                              "not know: who owns its root is unknown")
         return None, None
     params = sc.get("parameters") or {}
     if driver == EFS_DRIVER and params.get("provisioningMode") == "efs-ap":
