@@ -1,5 +1,5 @@
 """Deployment rules for Dynamo + vLLM graphs: pure functions over Kubernetes objects, one module per family
-(topology, model_path, kv_transport, safety, upgrades, autoscaling; shared helpers in base). This module is the registry.
+(topology, model_path, kv_transport, safety, secrets, upgrades, autoscaling; shared helpers in base). This module is the registry.
 
 One implementation, two front ends: the CrossGuard pack (`policies/__main__.py`) and the offline
 checker (`kimi-k3 check`). Importing this module has no side effects.
@@ -16,14 +16,16 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from policies.rules.base import (  # the vocabulary the pack, `kimi-k3 check` and tests use
-    ADVISORY, DEFAULT_MIN_STARTUP_SECONDS, MANDATORY, Context, Finding, NotEvaluated, ResourceInfo, Result, Rule,
-    Skipped, Violation, evaluate, object_from_resource, resource_info, target_of,
+    ADVISORY, DEFAULT_MIN_STARTUP_SECONDS, MANDATORY, SHAPE_RULE, Context, Finding, NotEvaluated, ResourceInfo,
+    Result, Rule, Skipped, Violation, check_object_shape, evaluate, object_from_resource, resource_info, safe_target,
+    target_of,
 )
 from policies.rules.topology import gpu_nodes, check_gpu_totals_match_recipe, check_graph_fits_node_pool, check_model_fits_at_tp, check_multinode_claims_compute_domain, check_pods_take_whole_nodes, check_tp_group_fits_nvlink_domain, check_tp_group_pinned_to_clique, check_tp_spans_whole_nodes
 from policies.rules.model_path import check_env_refs_provable, check_frontend_reads_model_path, check_multinode_args_survive_operator_rewrite, check_env_refs_resolve, check_model_cache_read_only, check_model_path_under_cache_mount, check_roles_agree_on_model
 from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_kv_transport_consistent, check_nvlink_kv_roles_share_compute_domain, check_efa_uses_libfabric, check_frontend_block_size_matches_workers, check_kv_router_has_kv_events, check_worker_block_size_is_vllms, check_no_removed_flags, check_ucx_settings_consistent
 from policies.rules.upgrades import TRANSITION_RULES, TransitionRule, check_frontend_migrates_requests, check_graph_named_stably, run_transition_rules
 from policies.rules.access import check_aws_least_privilege
+from policies.rules.secrets import check_env_secrets_from_secret
 from policies.rules.autoscaling import check_planner_owns_worker_replicas
 from policies.rules.safety import check_hf_token_from_secret, check_graph_await_reports_failure, check_pods_run_on_image_arch, check_job_await_reports_failure, check_images_pinned, check_model_cache_retained, check_runtime_version_declared, check_serving_containers_unprivileged, check_startup_budget_covers_load
 
@@ -92,6 +94,9 @@ RULES: tuple[Rule, ...] = (
           check_runtime_version_declared),
     _rule("hf-token-from-secret", "HF tokens come from a Secret, never a literal env value.",
           check_hf_token_from_secret),
+    _rule("env-secrets-from-secret", "No container env holds a credential as a literal value (*_TOKEN, *_SECRET, "
+          "*_PASSWORD, API keys, known token formats): it comes from a Secret (valueFrom.secretKeyRef).",
+          check_env_secrets_from_secret),
     _rule("serving-containers-unprivileged", "No container runs privileged.",
           check_serving_containers_unprivileged),
     _rule("startup-budget-covers-load", "Worker startup probe budget covers the estimated model load time.",
@@ -119,6 +124,10 @@ RULES: tuple[Rule, ...] = (
     _rule("model-cache-retained", "The model-cache PVC and filesystem are retainOnDelete (never deleted by "
           "Pulumi); the PVC is not protect, so teardown passes.",
           check_model_cache_retained, scope="stack"),
+    # An object with a field of the wrong type reaches no other rule (base.evaluate), only this one.
+    _rule(SHAPE_RULE, "Every object is a Kubernetes object whose fields have the types the Kubernetes and Dynamo "
+          "schemas give them (kimi_k3.shape: apiVersion, kind, metadata, pod templates, graph components).",
+          check_object_shape),
 )
 RULES_BY_NAME = {r.name: r for r in RULES}
 
