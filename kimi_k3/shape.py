@@ -126,13 +126,16 @@ POD_TEMPLATE = OBJ({"metadata": METADATA, "spec": POD_SPEC_REQUIRED})
 JOB_SPEC = OBJ({"template": POD_TEMPLATE, "activeDeadlineSeconds": INT, "backoffLimit": INT,
                 "ttlSecondsAfterFinished": INT, "completions": INT, "parallelism": INT}, ("template",))
 WORKLOAD_SPEC = OBJ({"template": POD_TEMPLATE, "replicas": INT, "selector": LABEL_SELECTOR}, ("template",))
+DAEMON_SET_SPEC = OBJ({"template": POD_TEMPLATE, "selector": LABEL_SELECTOR}, ("template",))
+REPLICA_SET_SPEC = OBJ({"template": POD_TEMPLATE, "replicas": INT, "selector": LABEL_SELECTOR})
 
 # ------------------------------------------------------------------------------------------------ custom resources
 # nvidia.com/v1beta1 DynamoGraphDeployment, as the upstream CRD types it (reference/dynamo/crds).
 DGD_COMPONENT = OBJ({
     "name": STR, "type": STR, "replicas": INT, "minAvailable": INT, "runtimeVersionOverride": STR,
     "sharedMemorySize": INT_OR_STR, "multinode": OBJ({"nodeCount": INT}),
-    "podTemplate": OBJ({"metadata": METADATA, "spec": POD_SPEC}),
+    "podTemplate": OBJ({"metadata": OBJ({"name": STR, "namespace": STR, "labels": MAP(STR),
+                                         "annotations": MAP(STR)}), "spec": POD_SPEC}),
     "scalingAdapter": OBJ({}), "modelRef": OBJ({}),
 }, ("name",))
 # resource.nvidia.com/v1beta1 ComputeDomain (reference/dra).
@@ -142,8 +145,9 @@ COMPUTE_DOMAIN_SPEC = OBJ({"numNodes": INT, "channel": OBJ({"resourceClaimTempla
 SPECS: dict[str, T] = {
     "Pod": POD_SPEC_REQUIRED,
     "Job": JOB_SPEC,
-    "Deployment": WORKLOAD_SPEC, "StatefulSet": WORKLOAD_SPEC, "DaemonSet": WORKLOAD_SPEC, "ReplicaSet": WORKLOAD_SPEC,
-    "CronJob": OBJ({"jobTemplate": OBJ({"spec": JOB_SPEC}, ("spec",)), "schedule": STR}, ("jobTemplate",)),
+    "Deployment": WORKLOAD_SPEC, "StatefulSet": WORKLOAD_SPEC, "DaemonSet": DAEMON_SET_SPEC,
+    "ReplicaSet": REPLICA_SET_SPEC,
+    "CronJob": OBJ({"jobTemplate": OBJ({"spec": JOB_SPEC}), "schedule": STR}, ("jobTemplate",)),
     "PersistentVolumeClaim": OBJ({"accessModes": LIST(STR), "storageClassName": STR, "volumeName": STR,
                                   "resources": OBJ({"requests": MAP(QUANTITY), "limits": MAP(QUANTITY)})}),
     "PersistentVolume": OBJ({"accessModes": LIST(STR), "storageClassName": STR, "capacity": MAP(QUANTITY),
