@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 
 @dataclass(frozen=True)
@@ -169,13 +170,26 @@ _NAMES = {"str": "a string", "int": "a whole number", "bool": "true or false", "
           "int_or_str": "a whole number or a string", "list": "a list", "map": "a mapping", "object": "a mapping"}
 
 
+def _whole(value: Any) -> bool:
+    # JSON Schema's integer, as the schemas say it: 2 and 2.0 (the policy pack receives every number as a double)
+    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
 def found(value: Any) -> str:
     """What a value is, for a message; short (a long value is cut)."""
     kind = ("null" if value is None else "a boolean" if isinstance(value, bool) else
             "a whole number" if isinstance(value, int) else "a number" if isinstance(value, float) else
-            "a string" if isinstance(value, str) else "a list" if isinstance(value, list) else
-            "a mapping" if isinstance(value, dict) else type(value).__name__)
-    text = repr(value)
+            "a string" if isinstance(value, str) else "a list" if _is_list(value) else
+            "a mapping" if isinstance(value, Mapping) else type(value).__name__)
+    try:  # the policy pack's values are read-only proxies: show their contents
+        shown = dict(value) if isinstance(value, Mapping) else list(value) if _is_list(value) else value
+    except Exception:  # noqa: BLE001 - a value that cannot be read (unknown during preview) is shown by its kind
+        shown = "..."
+    text = repr(shown)
     return f"{kind} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
@@ -201,11 +215,10 @@ def _allowed(t: T) -> str:
 def _check(value: Any, t: T, path: str, out: list[Problem]) -> None:
     if value is None:  # null is absent; required fields are checked by the parent
         return
-    ok = {"str": isinstance(value, str), "int": isinstance(value, int) and not isinstance(value, bool),
-          "bool": isinstance(value, bool),
+    ok = {"str": isinstance(value, str), "int": _whole(value), "bool": isinstance(value, bool),
           "quantity": isinstance(value, (str, int, float)) and not isinstance(value, bool),
-          "int_or_str": isinstance(value, (str, int)) and not isinstance(value, bool),
-          "list": isinstance(value, list), "map": isinstance(value, dict), "object": isinstance(value, dict)}[t.kind]
+          "int_or_str": isinstance(value, str) or _whole(value),
+          "list": _is_list(value), "map": isinstance(value, Mapping), "object": isinstance(value, Mapping)}[t.kind]
     if not ok:
         out.append(Problem(path, f"{found(value)}; allowed: {_allowed(t)}"))
         return
@@ -233,7 +246,7 @@ def _check(value: Any, t: T, path: str, out: list[Problem]) -> None:
 
 def problems(doc: Any) -> list[Problem]:
     """Every shape problem of one YAML document, as (JSON path, message); [] for a well-formed object."""
-    if not isinstance(doc, dict):
+    if not isinstance(doc, Mapping):
         return [Problem("", f"{found(doc)}; allowed: a Kubernetes object (a mapping with apiVersion, kind and "
                             "metadata)")]
     out: list[Problem] = []

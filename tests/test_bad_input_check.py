@@ -476,3 +476,47 @@ def test_what_is_not_a_literal_secret_passes(entry, good, tmp_path, capsys):
     path.write_text(edit(_with_env("decode", entry))(good))
     code, out, err = run_cli(["check", str(path)], capsys)
     assert "env-secrets-from-secret  " not in out and "Traceback" not in out + err, out
+
+
+# ------------------------------------------------------------------------------------------------ the pack
+from test_policy_pack import analyze, analyzer, by_policy, resource  # noqa: E402,F401 - the real pack over gRPC
+from test_rules import dgd_of, good_objects, main as main_container  # noqa: E402
+
+
+def test_pack_reports_malformed_objects_and_crashing_rules(analyzer):
+    """CrossGuard runs the same rules: a malformed object is one violation with its path, a rule that cannot read
+    a value fails naming itself, the analyzer keeps answering, and the well-formed objects still pass."""
+    from pulumi.runtime.proto import analyzer_pb2
+
+    objects = good_objects()
+    main_container(objects, "decode")["env"] = {"UCX_TLS": "rc"}
+    response = analyze(analyzer, dgd_of(objects))
+    assert by_policy(response) == [(rules.SHAPE_RULE, analyzer_pb2.MANDATORY)]
+    (diagnostic,) = response.diagnostics
+    assert "DynamoGraphDeployment/" in diagnostic.message and ".podTemplate.spec.containers[0].env: a mapping " \
+        "{'UCX_TLS': 'rc'}; allowed: a list of mappings" in diagnostic.message
+    stack = analyzer.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=[resource(o) for o in objects]))
+    assert "could not evaluate" not in "\n".join(d.message for d in stack.diagnostics)
+
+    objects = good_objects()
+    main_container(objects, "decode")["resources"]["limits"]["nvidia.com/gpu"] = "four"
+    response = analyze(analyzer, dgd_of(objects))
+    crashed = [d for d in response.diagnostics if "could not evaluate" in d.message]
+    assert crashed and all("ValueError" in d.message and "'four'" in d.message for d in crashed)
+    for obj in good_objects():  # whole numbers arrive as doubles over the wire: still well-formed
+        assert by_policy(analyze(analyzer, obj)) == [], obj["kind"]
+
+
+def test_values_unknown_during_preview_stay_the_packs_to_report():
+    """pulumi_policy raises UnknownValueError for a value computed during preview: it reports that itself (an
+    advisory "can't run policy during preview"), so the runner must not turn it into a mandatory violation."""
+    from pulumi_policy.proxy import UnknownValueError
+
+    def reads_unknown(obj, ctx):
+        yield from ()
+        raise UnknownValueError("unknown", ["spec"])
+
+    rule = rules.Rule("reads-unknown", "", rules.MANDATORY, "object", reads_unknown)
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
+    with pytest.raises(UnknownValueError):
+        rules.evaluate(rule, [obj], rules.Context())

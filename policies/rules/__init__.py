@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+from kimi_k3 import shape
+
 from policies.rules.base import (  # the vocabulary the pack, `kimi-k3 check` and tests use
     ADVISORY, DEFAULT_MIN_STARTUP_SECONDS, MANDATORY, SHAPE_RULE, Context, Finding, NotEvaluated, ResourceInfo,
     Result, Rule, Skipped, Violation, check_object_shape, evaluate, object_from_resource, resource_info, safe_target,
@@ -136,8 +138,10 @@ def run_all(objects: Sequence[Mapping], resources: Optional[Sequence[ResourceInf
     """Every rule over a set of objects; config maps rule name -> that rule's policy config."""
     violations: list[Violation] = []
     skipped: list[NotEvaluated] = []
+    well_formed = [o for o in objects if not shape.problems(o)]  # once, not once per rule
     for rule in RULES:
-        v, s = evaluate(rule, objects, Context((config or {}).get(rule.name, {}), resources))
+        subset = objects if rule.name == SHAPE_RULE else well_formed
+        v, s = evaluate(rule, subset, Context((config or {}).get(rule.name, {}), resources), well_formed=True)
         violations += v
         skipped += s
     return violations, skipped

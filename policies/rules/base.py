@@ -261,6 +261,8 @@ def resolved_model(container: Mapping, tokens: Sequence[str]) -> tuple[Optional[
 
 # ---------------------------------------------------------------------------------------- evaluation
 SHAPE_RULE = "object-shape-valid"
+# Raised by pulumi_policy while a rule reads a value unknown during preview: the pack's protocol, not a crash.
+_PASS_THROUGH = ("UnknownValueError", "_NotApplicableError")
 
 
 def check_object_shape(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -278,19 +280,32 @@ def safe_target(obj: Any) -> str:
     return f"{obj.get('kind') if isinstance(obj.get('kind'), str) else '?'}/{name if isinstance(name, str) else '?'}"
 
 
+def _malformed(obj: Any) -> bool:
+    try:
+        return bool(shape.problems(obj))
+    except Exception as exc:  # noqa: BLE001 - a value unknown during preview: the rule decides, as without shape
+        if type(exc).__name__ in _PASS_THROUGH:
+            return False
+        raise
+
+
 def _crashed(rule: Rule, target: str, exc: Exception) -> Finding:
+    if type(exc).__name__ in _PASS_THROUGH:
+        raise exc
     # A rule never ends a check with a traceback: it fails, naming itself, the object and what it tripped on.
     return Finding(target, f"rule {rule.name} could not evaluate this object ({type(exc).__name__}: "
                    f"{str(exc)[:200]}); a value in it has a shape the rule does not handle: fix the object, or report "
                    "it as a kimi-k3 bug with the object if it is valid Kubernetes")
 
 
-def evaluate(rule: Rule, objects: Sequence[Mapping], ctx: Context) -> tuple[list[Violation], list[NotEvaluated]]:
+def evaluate(rule: Rule, objects: Sequence[Mapping], ctx: Context,
+             well_formed: bool = False) -> tuple[list[Violation], list[NotEvaluated]]:
     """One rule over objects. Malformed objects (kimi_k3.shape) reach only the shape rule, which reports them; a
-    rule that raises on an object is a violation of that rule naming the object, never a traceback."""
+    rule that raises on an object is a violation of that rule naming the object, never a traceback.
+    well_formed: the caller has already kept only objects without shape problems."""
     ctx = Context({**rule.defaults(), **ctx.config}, ctx.resources)
-    if rule.name != SHAPE_RULE:
-        objects = [o for o in objects if not shape.problems(o)]
+    if rule.name != SHAPE_RULE and not well_formed:
+        objects = [o for o in objects if not _malformed(o)]
     results: list[Result] = []
     if rule.scope == "stack":
         try:
