@@ -20,6 +20,7 @@ from kimi_k3.commands.render import render_stack
 from policies import rules
 
 STACK = "gb300-disagg"
+SHAPE = "object-shape-valid"  # the rule that reports malformed objects (policies/rules/base.py)
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -177,7 +178,7 @@ def test_check_reports_malformed_objects_with_their_path(name, good, tmp_path, c
     code, out, err = run_cli(["check", str(path)], capsys)
     assert code == 1, (code, out, err)
     assert "Traceback" not in out + err and "could not evaluate" not in out, out + err
-    lines = [line for line in out.splitlines() if line.startswith(rules.SHAPE_RULE)]
+    lines = [line for line in out.splitlines() if line.startswith(SHAPE)]
     assert lines, out
     for part in [str(path), *expect(good)]:
         assert any(part in line for line in lines), f"{part!r} not in {lines}"
@@ -491,7 +492,7 @@ def test_pack_reports_malformed_objects_and_crashing_rules(analyzer):
     objects = good_objects()
     main_container(objects, "decode")["env"] = {"UCX_TLS": "rc"}
     response = analyze(analyzer, dgd_of(objects))
-    assert by_policy(response) == [(rules.SHAPE_RULE, analyzer_pb2.MANDATORY)]
+    assert by_policy(response) == [(SHAPE, analyzer_pb2.MANDATORY)]
     (diagnostic,) = response.diagnostics
     assert "DynamoGraphDeployment/" in diagnostic.message and ".podTemplate.spec.containers[0].env: a mapping " \
         "{'UCX_TLS': 'rc'}; allowed: a list of mappings" in diagnostic.message
@@ -508,15 +509,14 @@ def test_pack_reports_malformed_objects_and_crashing_rules(analyzer):
 
 
 def test_values_unknown_during_preview_stay_the_packs_to_report():
-    """pulumi_policy raises UnknownValueError for a value computed during preview: it reports that itself (an
-    advisory "can't run policy during preview"), so the runner must not turn it into a mandatory violation."""
-    from pulumi_policy.proxy import UnknownValueError
+    """pulumi_policy raises UnknownValueError when a rule reads a value computed during preview, and reports that
+    itself (an advisory "can't run policy during preview"): the runner must not turn it into a violation."""
+    from pulumi_policy.proxy import UNKNOWN_STRING_VALUE as UNKNOWN, UnknownValueError, unknown_checking_proxy
 
-    def reads_unknown(obj, ctx):
-        yield from ()
-        raise UnknownValueError("unknown", ["spec"])
-
-    rule = rules.Rule("reads-unknown", "", rules.MANDATORY, "object", reads_unknown)
-    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
-    with pytest.raises(UnknownValueError):
-        rules.evaluate(rule, [obj], rules.Context())
+    obj = unknown_checking_proxy({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                                  "spec": {"containers": [{"name": "c", "image": UNKNOWN}]}})
+    for name in ("images-pinned", SHAPE):
+        with pytest.raises(UnknownValueError):
+            rules.evaluate(rules.RULES_BY_NAME[name], [obj], rules.Context())
+    # a rule that reads nothing unknown still runs on the object (the shape filter does not hide it)
+    assert rules.evaluate(rules.RULES_BY_NAME["serving-containers-unprivileged"], [obj], rules.Context()) == ([], [])
