@@ -381,7 +381,8 @@ CLASS_4 = {
         ["Pulumi.bad.yaml", "kimi-k3:hfToken (value not shown)", "per-user value"], "v1:AAAAAAAAAAAAAAAA"),
     "kubeconfig in the shared file": (
         lambda text: text.rstrip("\n") + "\n  kimi-k3:kubeconfig: 'apiVersion: v1\\nusers: [{user: {token: t0ps3cret}}]'\n",
-        ["Pulumi.bad.yaml", "kimi-k3:kubeconfig (value not shown)"], "t0ps3cret"),
+        # the program's own check comes first here (a plaintext secret), naming the same file and key
+        ["Pulumi.bad.yaml", "kimi-k3:kubeconfig", "plaintext"], "t0ps3cret"),
     **{f"{name} literal in the {section} env": (
         _serving_env(section, name),
         ["Pulumi.bad.yaml", f"env {name} = <literal, {len(SECRET_VALUES[name])} characters, not shown>",
