@@ -18,6 +18,17 @@ from pulumi_policy import (
 from policies import rules
 
 
+def _guarded(rule: rules.Rule, target: str, validate, report_violation) -> None:
+    # rules.evaluate already turns a rule that raises into a violation; this covers the adapters around it
+    try:
+        validate()
+    except Exception as exc:  # noqa: BLE001 - the pack reports, never crashes the analyzer
+        if type(exc).__name__ in ("_NotApplicableError", "UnknownValueError"):  # pulumi_policy's own control flow
+            raise
+        report_violation(f"{target}: rule {rule.name} could not evaluate this resource ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})", None)
+
+
 def _report(violations, skipped, args, report_violation) -> None:
     for v in violations:
         report_violation(f"{v.target}: {v.message}", None)
@@ -30,20 +41,26 @@ def _resource_validator(rule: rules.Rule):
         obj = rules.object_from_resource(args.resource_type, args.props, args.name)
         if obj is None:
             args.not_applicable("not a Kubernetes resource")
-        info = rules.resource_info(args.resource_type, args.name, args.props, args.opts.protect, None)
-        violations, skipped = rules.evaluate(rule, [obj], rules.Context(args.get_config(), [info]))
-        _report(violations, skipped, args, report_violation)
+
+        def run() -> None:
+            info = rules.resource_info(args.resource_type, args.name, args.props, args.opts.protect, None)
+            violations, skipped = rules.evaluate(rule, [obj], rules.Context(args.get_config(), [info]))
+            _report(violations, skipped, args, report_violation)
+        _guarded(rule, rules.safe_target(obj), run, report_violation)
     return validate
 
 
 def _stack_validator(rule: rules.Rule):
     def validate(args: StackValidationArgs, report_violation) -> None:
-        objects = [o for r in args.resources
-                   if (o := rules.object_from_resource(r.resource_type, r.props, r.name)) is not None]
-        # The analyzer protocol carries `protect` but not `retainOnDelete`: None marks it unknown.
-        infos = [rules.resource_info(r.resource_type, r.name, r.props, r.opts.protect, None) for r in args.resources]
-        violations, skipped = rules.evaluate(rule, objects, rules.Context(args.get_config(), infos))
-        _report(violations, skipped, args, report_violation)
+        def run() -> None:
+            objects = [o for r in args.resources
+                       if (o := rules.object_from_resource(r.resource_type, r.props, r.name)) is not None]
+            # The analyzer protocol carries `protect` but not `retainOnDelete`: None marks it unknown.
+            infos = [rules.resource_info(r.resource_type, r.name, r.props, r.opts.protect, None)
+                     for r in args.resources]
+            violations, skipped = rules.evaluate(rule, objects, rules.Context(args.get_config(), infos))
+            _report(violations, skipped, args, report_violation)
+        _guarded(rule, "stack", run, report_violation)
     return validate
 
 

@@ -370,7 +370,7 @@ def test_rule_messages_never_say_none(rendered, tmp_path, capsys, monkeypatch):
                     i = args.index(flag)
                     del args[i:i + 2]
         if comp.get("type") == "prefill":
-            comp.pop("name")
+            comp["name"] = ""  # empty, not absent: the CRD requires the key (an absent one is a shape violation)
     target = tmp_path / "deploy.yaml"
     target.write_text(yaml.safe_dump_all(objects))
     code, out, err = run_cli(["check", str(target)], capsys)

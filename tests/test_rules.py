@@ -204,6 +204,10 @@ MUTATIONS = {
     "runtime-version-declared": lambda o: (comp(o, "Frontend").pop("runtimeVersionOverride"),
                                            main(o, "Frontend").update(image=IMAGE + "-kimi-k3-dev.1")),
     "hf-token-from-secret": lambda o: main(o, "decode")["env"][1].update(value="hf_abc"),
+    "env-secrets-from-secret": lambda o: main(o, "Frontend").setdefault("env", []).append(
+        {"name": "AWS_SECRET_ACCESS_KEY", "value": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}),
+    # the most common Kubernetes mistake: env written as a mapping (the API server refuses it)
+    "object-shape-valid": lambda o: main(o, "decode").update(env={"UCX_TLS": "rc"}),
     "serving-containers-unprivileged": lambda o: main(o, "decode").update(securityContext={"privileged": True}),
     "startup-budget-covers-load": lambda o: main(o, "decode")["startupProbe"].update(failureThreshold=30),
     # the fighting form: a Planner scales the workers while this program still writes their replicas
@@ -248,6 +252,7 @@ def test_mutation_fires_exactly_its_rule(rule):
                   "model-path-under-cache-mount": {"roles-agree-on-model", "frontend-reads-model-path"},
                   "multinode-claims-compute-domain": {"nvlink-kv-roles-share-compute-domain"},
                   "efa-uses-libfabric": {"kv-transport-consistent"},
+                  "hf-token-from-secret": {"env-secrets-from-secret"},  # HF_TOKEN is one of the credentials
                   }.get(rule, set())
     assert set(got) - {rule} <= collateral
 

@@ -22,6 +22,7 @@ import yaml
 
 from policies import rules
 
+from kimi_k3 import shape
 from kimi_k3.errors import UserError, did_you_mean, read_text, yaml_error_message
 from kimi_k3.stacks import StackError, project_root, stack_names, unknown_stack_message
 
@@ -31,6 +32,7 @@ class Loaded:
     objects: list[dict]
     resources: Optional[list[rules.ResourceInfo]]  # None: manifests only
     records: Optional[list[dict]] = None           # resources.json records, where known
+    malformed: tuple[rules.Violation, ...] = ()    # documents that are not well-formed objects (kimi_k3.shape)
 
 
 def yaml_objects(text: str, source: str = "input") -> list[dict]:
@@ -38,14 +40,7 @@ def yaml_objects(text: str, source: str = "input") -> list[dict]:
 
     A syntax error is a UserError naming `source` and the line."""
     out: list[dict] = []
-    try:  # libyaml's parser (same SafeConstructor) is ~5x faster on a stack's manifests: diff parses eight
-        docs = list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
-    except yaml.YAMLError:
-        try:  # the pure-Python parser's message, the one users and tests know, for the same error
-            docs = list(yaml.safe_load_all(text))
-        except yaml.YAMLError as exc:
-            raise UserError(yaml_error_message(source, exc)) from None
-    for doc in docs:
+    for doc in _documents(text, source):
         if isinstance(doc, dict) and doc.get("kind") == "List":
             out.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
         elif isinstance(doc, dict):
@@ -53,20 +48,76 @@ def yaml_objects(text: str, source: str = "input") -> list[dict]:
     return out
 
 
-def _kubernetes_objects(text: str, source: str) -> list[dict]:
-    """The objects of a file given to check: at least one, each with apiVersion and kind."""
-    objects = yaml_objects(text, source)
-    k8s = [o for o in objects if o.get("apiVersion") and o.get("kind")]
-    if not k8s:
-        found = f"{len(objects)} mapping(s) without apiVersion/kind" if objects else "no YAML mappings"
+def _documents(text: str, source: str) -> list[Any]:
+    try:  # libyaml's parser (same SafeConstructor) is ~5x faster on a stack's manifests: diff parses eight
+        return list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    except yaml.YAMLError:
+        try:  # the pure-Python parser's message, the one users and tests know, for the same error
+            return list(yaml.safe_load_all(text))
+        except yaml.YAMLError as exc:
+            raise UserError(yaml_error_message(source, exc)) from None
+
+
+def shape_violation(where: str, obj: Any, problem: Any) -> rules.Violation:
+    return rules.Violation(rules.SHAPE_RULE, f"{where} ({rules.safe_target(obj)})", str(problem), rules.MANDATORY)
+
+
+def located_objects(docs: Sequence[Any], source: str) -> tuple[list[dict], list[rules.Violation]]:
+    """(well-formed objects, a violation per shape problem naming the file, document number and JSON path).
+
+    Empty documents are skipped (as kubectl does); a `kind: List` contributes its items."""
+    objects: list[dict] = []
+    malformed: list[rules.Violation] = []
+
+    def add(obj: Any, where: str) -> None:
+        problems = shape.problems(obj)
+        if problems:
+            malformed.extend(shape_violation(where, obj, p) for p in problems)
+        else:
+            objects.append(obj)
+
+    for index, doc in enumerate(docs, 1):
+        where = f"{source}: document {index}"
+        if doc is None:
+            continue
+        if isinstance(doc, dict) and doc.get("kind") == "List":
+            items = doc.get("items")
+            if not isinstance(items, list):
+                malformed.append(shape_violation(where, doc, shape.Problem(
+                    "items", f"{shape.found(items)}; allowed: a list of Kubernetes objects")))
+                continue
+            for i, item in enumerate(items):
+                add(item, f"{where} items[{i}]")
+        else:
+            add(doc, where)
+    return objects, malformed
+
+
+def _kubernetes_objects(text: str, source: str) -> tuple[list[dict], list[rules.Violation]]:
+    """The objects of a file given to check (at least one document with apiVersion and kind) and its malformed
+    documents."""
+    docs = _documents(text, source)
+    mappings = [d for d in docs if isinstance(d, dict)]
+    if not any(d.get("apiVersion") is not None and d.get("kind") is not None for d in mappings):
+        found = (f"{len(mappings)} mapping(s) without apiVersion/kind" if mappings else
+                 f"{len(docs) - docs.count(None)} non-mapping document(s)" if len(docs) > docs.count(None) else
+                 "no YAML documents")
         raise UserError(f"{source}: no Kubernetes objects ({found}); allowed: YAML documents with apiVersion and "
                         "kind, e.g. a Dynamo recipe's deploy.yaml, or a stack name")
-    return objects
+    return located_objects(docs, source)
 
 
 def resource_infos(resources: Iterable[Mapping[str, Any]]) -> list[rules.ResourceInfo]:
     return [rules.resource_info(r["type"], r["name"], r.get("inputs") or {}, bool(r.get("protect")),
                                 bool(r.get("retainOnDelete"))) for r in resources]
+
+
+def _records(doc: Any, t: shape.T, where: str, allowed: str) -> None:
+    """A UserError naming the first shape problem of a resources.json / state export (then the count)."""
+    problems = shape.check_type(doc, t)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UserError(f"{where}: {problems[0]}{more}; allowed: {allowed}")
 
 
 def _looks_like_path(target: str) -> bool:
@@ -84,18 +135,25 @@ def load(target: str) -> Loaded:
         resources = records = None
         if res_file.is_file():
             try:
-                records = json.loads(res_file.read_text())["resources"]
-                resources = resource_infos(records)
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                doc = json.loads(read_text(res_file, "resources"))
+            except json.JSONDecodeError as exc:
                 raise UserError(f"{res_file}: not a kimi-k3 render's resources.json ({exc})") from None
-        return Loaded(_kubernetes_objects(read_text(manifests, "manifests"), str(manifests)), resources, records)
+            _records(doc, shape.RENDER_RESOURCES, str(res_file), "a kimi-k3 render's resources.json")
+            records = doc["resources"]
+            try:
+                resources = resource_infos(records)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise UserError(f"{res_file}: not a kimi-k3 render's resources.json ({exc})") from None
+        objects, malformed = _kubernetes_objects(read_text(manifests, "manifests"), str(manifests))
+        return Loaded(objects, resources, records, tuple(malformed))
     root = project_root()
     if path.is_file():
         stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
         if path.name == f"Pulumi.{stack}.yaml" and stack in stack_names(path.parent):
             raise UserError(f"{target}: a stack file, not Kubernetes objects; give the stack name to check its "
                             f"render: kimi-k3 check {stack}")
-        return Loaded(_kubernetes_objects(read_text(path, "file"), target), None)
+        objects, malformed = _kubernetes_objects(read_text(path, "file"), target)
+        return Loaded(objects, None, None, tuple(malformed))
     if _looks_like_path(target) or target not in stack_names(root):
         stacks = ", ".join(stack_names(root))
         if _looks_like_path(target):
@@ -106,7 +164,8 @@ def load(target: str) -> Loaded:
     from .render import render_stack  # imported here: rendering needs the whole Pulumi program, a file does not
 
     rendered = render_stack(target)
-    return Loaded(list(rendered.objects), resource_infos(rendered.resources), list(rendered.resources))
+    objects, malformed = located_objects(rendered.objects, f"{target} (rendered)")
+    return Loaded(objects, resource_infos(rendered.resources), list(rendered.resources), tuple(malformed))
 
 
 def previous_records(path: str) -> list[dict]:
@@ -120,13 +179,15 @@ def previous_records(path: str) -> list[dict]:
         raise UserError(f"--against {path}: no such file; allowed: a render directory with resources.json or a "
                         "`pulumi stack export` file")
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(read_text(p, "--against"))
     except json.JSONDecodeError as exc:
         raise UserError(f"--against {p}: not JSON ({exc}); allowed: resources.json or `pulumi stack export` output") from None
     if isinstance(doc, dict) and "deployment" in doc:
+        _records(doc, shape.STATE_EXPORT, f"--against {p}", "`pulumi stack export` output (deployment.resources)")
         return records_from_state(doc)
     if not isinstance(doc, dict) or "resources" not in doc:
         raise UserError(f"--against {p}: no `resources` (render) or `deployment` (state export) in it")
+    _records(doc, shape.RENDER_RESOURCES, f"--against {p}", "a kimi-k3 render's resources.json")
     return doc["resources"]
 
 
@@ -230,11 +291,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"kimi-k3 check {target}: {exc}", file=sys.stderr)
             return 2
         violations, skipped = rules.run_all(loaded.objects, loaded.resources, settings)
+        violations = [*loaded.malformed, *violations]  # shape problems first, by file and document
         if against:
             if loaded.records is None:
                 raise UserError(f"kimi-k3 check --against: {target} has no Pulumi resources (resources.json); "
                                 "allowed: a stack or a render directory")
-            classes, changes = rules.run_transition_rules(previous_records(against), loaded.records)
+            previous = previous_records(against)
+            try:
+                classes, changes = rules.run_transition_rules(previous, loaded.records)
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:  # inputs of a shape no rule expects
+                raise UserError(f"--against {against}: its resources cannot be compared with {target}'s "
+                                f"({type(exc).__name__}: {str(exc)[:200]}); allowed: resources.json of a kimi-k3 "
+                                "render or `pulumi stack export` output of this program") from None
             violations = sorted(violations + changes)
             counts = ", ".join(f"{n} {a}" for a, n in _counts(classes).items() if n)
             print(f"# {target} against {against}: {counts}", file=sys.stderr)
@@ -266,7 +334,7 @@ def checked(loaded: Loaded, violations: Sequence[rules.Violation], skipped: Sequ
     enabled = [r.name for r in rules.RULES if levels[r.name] != "disabled"]
     failing = {v.rule for v in violations}
     not_evaluated = {s.rule for s in skipped} - failing
-    return {"objects": len(loaded.objects), "resources": None if loaded.resources is None else len(loaded.resources),
+    return {"objects": len(loaded.objects), "malformed": len({v.target for v in loaded.malformed}), "resources": None if loaded.resources is None else len(loaded.resources),
             "rules": len(enabled), "passed": sorted(set(enabled) - failing - not_evaluated),
             "failed": sorted(failing), "not_evaluated": sorted(not_evaluated),
             "disabled": sorted(r.name for r in rules.RULES if levels[r.name] == "disabled")}
@@ -274,7 +342,8 @@ def checked(loaded: Loaded, violations: Sequence[rules.Violation], skipped: Sequ
 
 def summary(target: str, c: Mapping[str, Any]) -> str:
     """The closing line: what was checked, so a clean result says what it covers."""
-    kinds = f"{c['objects']} Kubernetes objects" + ("" if c["resources"] is None else f", {c['resources']} Pulumi resources")
+    kinds = (f"{c['objects']} Kubernetes objects" + (f" and {c['malformed']} malformed documents" if c["malformed"] else "")
+             + ("" if c["resources"] is None else f", {c['resources']} Pulumi resources"))
     line = (f"{target}: {kinds}; {c['rules']} rules: {len(c['passed'])} passed, {len(c['failed'])} with violations, "
             f"{len(c['not_evaluated'])} not evaluated")
     if c["not_evaluated"]:

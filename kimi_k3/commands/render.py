@@ -227,8 +227,12 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
 
 
 def render_stack(stack: str, root: Path | None = None) -> Rendered:
+    from kimi_k3.shared_values import refuse_literal_secrets, refuse_per_user_values
+
     stack_file = read_stack_config(stack, root)
-    rendered = render_config(stack, stack_file.config, stack_file.secrets, root)
+    rendered = render_config(stack, stack_file.config, stack_file.secrets, root)  # its config errors first
+    refuse_per_user_values(stack, root or project_root())  # as make does: CI renders and checks without make
+    refuse_literal_secrets(stack, rendered.objects)  # before anything is written
     rendered.assumed = stack_file.assumed
     return rendered
 

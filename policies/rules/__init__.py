@@ -1,5 +1,6 @@
 """Deployment rules for Dynamo + vLLM graphs: pure functions over Kubernetes objects, one module per family
-(topology, model_path, kv_transport, safety, upgrades, autoscaling, storage, qos; shared helpers in base). This module is the registry.
+(topology, model_path, kv_transport, safety, secrets, upgrades, autoscaling, storage, qos, observability, placement;
+shared helpers in base). This module is the registry.
 
 One implementation, two front ends: the CrossGuard pack (`policies/__main__.py`) and the offline
 checker (`kimi-k3 check`). Importing this module has no side effects.
@@ -15,15 +16,19 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+from kimi_k3 import shape
+
 from policies.rules.base import (  # the vocabulary the pack, `kimi-k3 check` and tests use
-    ADVISORY, DEFAULT_MIN_STARTUP_SECONDS, MANDATORY, Context, Finding, NotEvaluated, ResourceInfo, Result, Rule,
-    Skipped, Violation, evaluate, object_from_resource, resource_info, target_of,
+    ADVISORY, DEFAULT_MIN_STARTUP_SECONDS, MANDATORY, SHAPE_RULE, Context, Finding, NotEvaluated, ResourceInfo,
+    Result, Rule, Skipped, Violation, check_object_shape, evaluate, object_from_resource, resource_info, safe_target,
+    target_of,
 )
 from policies.rules.topology import gpu_nodes, check_gpu_totals_match_recipe, check_graph_fits_node_pool, check_model_fits_at_tp, check_multinode_claims_compute_domain, check_pods_take_whole_nodes, check_tp_group_fits_nvlink_domain, check_tp_group_pinned_to_clique, check_tp_spans_whole_nodes
 from policies.rules.model_path import check_env_refs_provable, check_frontend_reads_model_path, check_multinode_args_survive_operator_rewrite, check_env_refs_resolve, check_model_cache_read_only, check_model_path_under_cache_mount, check_roles_agree_on_model
 from policies.rules.kv_transport import check_disagg_roles_use_nixl, check_kv_transport_consistent, check_nvlink_kv_roles_share_compute_domain, check_efa_uses_libfabric, check_frontend_block_size_matches_workers, check_kv_router_has_kv_events, check_worker_block_size_is_vllms, check_no_removed_flags, check_ucx_settings_consistent
 from policies.rules.upgrades import TRANSITION_RULES, TransitionRule, check_frontend_migrates_requests, check_graph_named_stably, run_transition_rules
 from policies.rules.access import check_aws_least_privilege
+from policies.rules.secrets import check_env_secrets_from_secret
 from policies.rules.autoscaling import check_planner_owns_worker_replicas
 from policies.rules.observability import check_alerts_match_metric_units, check_smoke_probe_spans_kv_block
 from policies.rules.placement import check_frontend_in_workers_zone
@@ -105,6 +110,9 @@ RULES: tuple[Rule, ...] = (
           check_runtime_version_declared),
     _rule("hf-token-from-secret", "HF tokens come from a Secret, never a literal env value.",
           check_hf_token_from_secret),
+    _rule("env-secrets-from-secret", "No container env holds a credential as a literal value (*_TOKEN, *_SECRET, "
+          "*_PASSWORD, API keys, known token formats): it comes from a Secret (valueFrom.secretKeyRef).",
+          check_env_secrets_from_secret),
     _rule("serving-containers-unprivileged", "No container runs privileged.",
           check_serving_containers_unprivileged),
     _rule("startup-budget-covers-load", "Worker startup probe budget covers the estimated model load time.",
@@ -137,6 +145,10 @@ RULES: tuple[Rule, ...] = (
           "EFS access point's POSIX user and root directory).", check_shared_mounts_writable, scope="stack"),
     _rule("serving-containers-request-resources", "No serving component is BestEffort: each requests cpu or memory.",
           check_serving_containers_request_resources),
+    # An object with a field of the wrong type reaches no other rule (base.evaluate), only this one.
+    _rule(SHAPE_RULE, "Every object is a Kubernetes object whose fields have the types the Kubernetes and Dynamo "
+          "schemas give them (kimi_k3.shape: apiVersion, kind, metadata, pod templates, graph components).",
+          check_object_shape),
 )
 RULES_BY_NAME = {r.name: r for r in RULES}
 
@@ -145,8 +157,10 @@ def run_all(objects: Sequence[Mapping], resources: Optional[Sequence[ResourceInf
     """Every rule over a set of objects; config maps rule name -> that rule's policy config."""
     violations: list[Violation] = []
     skipped: list[NotEvaluated] = []
+    well_formed = [o for o in objects if not shape.problems(o)]  # once, not once per rule
     for rule in RULES:
-        v, s = evaluate(rule, objects, Context((config or {}).get(rule.name, {}), resources))
+        subset = objects if rule.name == SHAPE_RULE else well_formed
+        v, s = evaluate(rule, subset, Context((config or {}).get(rule.name, {}), resources), well_formed=True)
         violations += v
         skipped += s
     return violations, skipped

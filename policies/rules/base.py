@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 
-from kimi_k3 import flags
+from kimi_k3 import flags, shape
 from kimi_k3.planner import Platform, load_platforms
 
 MANDATORY = "mandatory"
@@ -260,14 +260,64 @@ def resolved_model(container: Mapping, tokens: Sequence[str]) -> tuple[Optional[
 
 
 # ---------------------------------------------------------------------------------------- evaluation
-def evaluate(rule: Rule, objects: Sequence[Mapping], ctx: Context) -> tuple[list[Violation], list[NotEvaluated]]:
+SHAPE_RULE = "object-shape-valid"
+# Raised by pulumi_policy while a rule reads a value unknown during preview: the pack's protocol, not a crash.
+_PASS_THROUGH = ("UnknownValueError", "_NotApplicableError")
+
+
+def check_object_shape(obj: Mapping, ctx: Context) -> Iterator[Result]:
+    """Every field a rule reads has the type the Kubernetes / Dynamo schemas give it (kimi_k3.shape)."""
+    for problem in shape.problems(obj):
+        yield Finding(safe_target(obj), str(problem))
+
+
+def safe_target(obj: Any) -> str:
+    """target_of for any value: a malformed object still gets a name in the message."""
+    if not isinstance(obj, Mapping):
+        return f"<{type(obj).__name__}>"
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return f"{obj.get('kind') if isinstance(obj.get('kind'), str) else '?'}/{name if isinstance(name, str) else '?'}"
+
+
+def _malformed(obj: Any) -> bool:
+    try:
+        return bool(shape.problems(obj))
+    except Exception as exc:  # noqa: BLE001 - a value unknown during preview: the rule decides, as without shape
+        if type(exc).__name__ in _PASS_THROUGH:
+            return False
+        raise
+
+
+def _crashed(rule: Rule, target: str, exc: Exception) -> Finding:
+    if type(exc).__name__ in _PASS_THROUGH:
+        raise exc
+    # A rule never ends a check with a traceback: it fails, naming itself, the object and what it tripped on.
+    return Finding(target, f"rule {rule.name} could not evaluate this object ({type(exc).__name__}: "
+                   f"{str(exc)[:200]}); a value in it has a shape the rule does not handle: fix the object, or report "
+                   "it as a kimi-k3 bug with the object if it is valid Kubernetes")
+
+
+def evaluate(rule: Rule, objects: Sequence[Mapping], ctx: Context,
+             well_formed: bool = False) -> tuple[list[Violation], list[NotEvaluated]]:
+    """One rule over objects. Malformed objects (kimi_k3.shape) reach only the shape rule, which reports them; a
+    rule that raises on an object is a violation of that rule naming the object, never a traceback.
+    well_formed: the caller has already kept only objects without shape problems."""
     ctx = Context({**rule.defaults(), **ctx.config}, ctx.resources)
+    if rule.name != SHAPE_RULE and not well_formed:
+        objects = [o for o in objects if not _malformed(o)]
     results: list[Result] = []
     if rule.scope == "stack":
-        results.extend(rule.check(objects, ctx))
+        try:
+            results.extend(rule.check(objects, ctx))
+        except Exception as exc:  # noqa: BLE001 - reported as a violation, see _crashed
+            results.append(_crashed(rule, "stack", exc))
     else:
         for obj in objects:
-            results.extend(rule.check(obj, ctx))
+            try:
+                results.extend(rule.check(obj, ctx))
+            except Exception as exc:  # noqa: BLE001 - reported as a violation, see _crashed
+                results.append(_crashed(rule, safe_target(obj), exc))
     violations = [Violation(rule.name, r.target, r.message, rule.level) for r in results if isinstance(r, Finding)]
     skipped = [NotEvaluated(rule.name, r.target, r.reason) for r in results if isinstance(r, Skipped)]
     return sorted(violations), sorted(skipped)
@@ -291,9 +341,10 @@ def object_from_resource(type_token: str, props: Mapping[str, Any], name: str) -
     obj = dict(props)
     obj.setdefault("apiVersion", api[0])
     obj.setdefault("kind", api[1])
-    metadata = dict(obj.get("metadata") or {})
-    metadata.setdefault("name", name)
-    obj["metadata"] = metadata
+    if isinstance(obj.get("metadata") or {}, Mapping):  # any other shape is the shape rule's to report
+        metadata = dict(obj.get("metadata") or {})
+        metadata.setdefault("name", name)
+        obj["metadata"] = metadata
     return obj
 
 
@@ -302,7 +353,11 @@ def resource_info(type_token: str, name: str, props: Mapping[str, Any], protect:
     obj = object_from_resource(type_token, props, name)
     pool = None
     if type_token == "aws:eks/nodeGroup:NodeGroup" and "NVIDIA" in str(props.get("amiType", "")):
-        pool = (props.get("scalingConfig") or {}).get("maxSize")
-    return ResourceInfo(type_token, name, target_of(obj) if obj else None, protect, retain_on_delete,
-                        int(pool) if pool is not None else None,
+        scaling = props.get("scalingConfig")
+        pool = scaling.get("maxSize") if isinstance(scaling, Mapping) else None
+        try:  # the engine passes numbers as floats (protobuf doubles); one that is no whole number is unknown here
+            pool = int(pool) if pool is not None and float(pool).is_integer() else None
+        except (TypeError, ValueError):
+            pool = None
+    return ResourceInfo(type_token, name, safe_target(obj) if obj else None, protect, retain_on_delete, pool,
                         dict(props) if type_token.startswith("aws:") else None)
