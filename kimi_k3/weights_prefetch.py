@@ -331,6 +331,7 @@ class Result:
     from_source: int = 0
     from_peers: int = 0
     fallbacks: dict[str, str] = field(default_factory=dict)   # rel -> why a peer did not serve it
+    failed: dict[str, str] = field(default_factory=dict)      # rel -> why the bucket's copy could not be made
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, what: str, n: int, rel: str = "", why: str = "") -> None:
@@ -429,6 +430,10 @@ def fetch_all(source: Path, dest: Path, local: Local, me: str, peers: list[str],
             print(f"{rel} from the bucket: {why}", flush=True)
         try:
             copy_from_source(source, path, rel, size, digest, local.read_from_bucket)
+        except OSError as err:   # wrong bytes in the bucket or a read error: named once, never a traceback
+            with result.lock:
+                result.failed[rel] = str(err)
+            return
         finally:
             with local.lock:
                 local.bucket_queue.discard(digest)
@@ -500,6 +505,12 @@ def main() -> int:
     timeout = float(env["PEER_TIMEOUT_SECONDS"]) if env.get("PEER_TIMEOUT_SECONDS") else None
     res = fetch_all(source, dest, local, me, peers, port, int(env.get("THREADS", "8")), wait,
                     float(env.get("STALL_SECONDS", "120")), float(env.get("POLL_SECONDS", "2")), timeout)
+    if res.failed:
+        first = "; ".join(res.failed[rel] for rel in sorted(res.failed)[:3])
+        print(f"FAILED: {len(res.failed)} of {len(files)} files of revision {revision} could not be copied from the "
+              f"bucket ({first}); the bucket does not hold the manifest's bytes: re-run the fetchers (or the "
+              f"download Job) for this revision", file=sys.stderr, flush=True)
+        return 1
     left = [rel for rel in files if not local.is_verified(rel)]
     if left:
         print(f"not local after the copy: {left[:5]}", file=sys.stderr)
