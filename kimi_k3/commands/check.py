@@ -161,9 +161,9 @@ def load(target: str) -> Loaded:
             raise UserError(f"{target}: no such file or directory{near}; allowed: a YAML file of Kubernetes objects, "
                             f"a render directory or a stack ({stacks})")
         raise UserError(unknown_stack_message(target, root) + "; or a YAML file or render directory")
-    from .render import render_stack  # imported here: rendering needs the whole Pulumi program, a file does not
+    from .render import render_shared_stack  # imported here: rendering needs the whole Pulumi program, a file does not
 
-    rendered = render_stack(target)
+    rendered = render_shared_stack(target)
     objects, malformed = located_objects(rendered.objects, f"{target} (rendered)")
     return Loaded(objects, resource_infos(rendered.resources), list(rendered.resources), tuple(malformed))
 

@@ -227,13 +227,19 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
 
 
 def render_stack(stack: str, root: Path | None = None) -> Rendered:
+    stack_file = read_stack_config(stack, root)
+    rendered = render_config(stack, stack_file.config, stack_file.secrets, root)
+    rendered.assumed = stack_file.assumed
+    return rendered
+
+
+def render_shared_stack(stack: str, root: Path | None = None) -> Rendered:
+    """render_stack for the commands CI runs without make: the shared file's own mistakes refused, as make does."""
     from kimi_k3.shared_values import refuse_literal_secrets, refuse_per_user_values
 
-    stack_file = read_stack_config(stack, root)
-    rendered = render_config(stack, stack_file.config, stack_file.secrets, root)  # its config errors first
-    refuse_per_user_values(stack, root or project_root())  # as make does: CI renders and checks without make
+    rendered = render_stack(stack, root)  # its config errors first
+    refuse_per_user_values(stack, root or project_root())
     refuse_literal_secrets(stack, rendered.objects)  # before anything is written
-    rendered.assumed = stack_file.assumed
     return rendered
 
 
@@ -270,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     renders = {}
     for stack in args.stacks:  # every stack rendered before any is written: one refused leaves nothing behind
         try:
-            renders[stack] = render_stack(stack)
+            renders[stack] = render_shared_stack(stack)
         except StackError as err:
             print(f"kimi-k3 render {stack}: {err}", file=sys.stderr)
             return 2
