@@ -48,6 +48,26 @@ def parse_line(text: str, where: str) -> Request:
     return Request(float(ts), isl, osl, tuple(ids))
 
 
+def read_lines(path, flag: str, max_bytes: int) -> list[str]:
+    """The lines of trace file `path` (given as `flag PATH`), refused past `max_bytes` before it is read."""
+    from pathlib import Path
+    path = Path(path)
+    try:
+        if not path.is_file():
+            path.stat()    # no such file: the OSError below names it
+            raise TraceError(f"{flag} {path}: not a file; allowed: a mooncake_trace JSONL file")
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise TraceError(f"{flag} {path}: {size:,} bytes; the limit is {max_bytes:,} bytes: cut the file to the "
+                             "window you want")
+        return path.read_text(encoding="utf-8").split("\n")   # JSON lines end at \n only (not at U+2028)
+    except OSError as err:
+        raise TraceError(f"{flag} {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise TraceError(f"{flag} {path}: not UTF-8 text ({err.reason} at byte {err.start}); allowed: a "
+                         "mooncake_trace JSONL file") from None
+
+
 def select(lines: Iterable[str], source: str, *, first: Optional[int] = None,
            window: Optional[tuple[float, float]] = None, limit: int) -> tuple[list[str], list[Request]]:
     """The requests to replay, as (the original lines, unchanged, for AIPerf; their parsed form): those with

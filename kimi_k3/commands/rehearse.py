@@ -363,20 +363,8 @@ def load_trace(args: argparse.Namespace, max_model_len: int, block_size: int) ->
         raise UserError(f"--runs {','.join(args.runs)} with --trace {args.trace}: a trace replaces the built-in runs; "
                         "give one or the other")
     path = Path(args.trace)
-    try:
-        size = path.stat().st_size
-        if not path.is_file():
-            raise UserError(f"--trace {path}: not a file; allowed: a mooncake_trace JSONL file")
-        if size > TRACE_MAX_BYTES:
-            raise UserError(f"--trace {path}: {size:,} bytes; the limit is {TRACE_MAX_BYTES:,} bytes: cut the file "
-                            "to the window you want to replay")
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise UserError(f"--trace {path}: {err.strerror or err}") from None
-    except UnicodeDecodeError as err:
-        raise UserError(f"--trace {path}: not UTF-8 text ({err.reason} at byte {err.start}); allowed: a "
-                        "mooncake_trace JSONL file") from None
-    lines, requests = trace_cache.select(text.splitlines(), f"--trace {path}", first=args.trace_first,
+    text = trace_cache.read_lines(path, "--trace", TRACE_MAX_BYTES)
+    lines, requests = trace_cache.select(text, f"--trace {path}", first=args.trace_first,
                                          window=args.trace_window, limit=TRACE_MAX_REQUESTS)
     for r in requests:
         if r.input_length + r.output_length > max_model_len:
