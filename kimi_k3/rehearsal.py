@@ -351,6 +351,16 @@ def render_markdown(report: Mapping[str, Any], plots: Iterable[str] = ()) -> str
         "| role | replicas | registered | KV capacity (tokens) | blocks | KV bytes/token | requests handled |",
         "|---|---|---|---|---|---|---|",
     ]
+    t = report.get("trace")
+    if t:
+        pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"   # noqa: E731
+        lines[-3:-3] = [
+            f"- trace `{t['file']}`: {t['requests']:,} requests over {t['duration_s']:,.1f} s, replayed in "
+            f"{t['replay_seconds']:,.1f} s (speedup {t['speedup']:g}); input tokens p50/p90/p99 "
+            f"{t['isl']['p50']:,.0f} / {t['isl']['p90']:,.0f} / {t['isl']['p99']:,.0f}, output "
+            f"{t['osl']['p50']:,.0f} / {t['osl']['p90']:,.0f} / {t['osl']['p99']:,.0f}",
+            f"- KV hit rate achieved **{pct(t['achieved_hit_rate'])}** vs the best any cache could reach on this "
+            f"trace at block size {t['block_size']} (its prefix hashes alone) **{pct(t['best_hit_rate'])}**"]
     for w in report["workers"]:
         r = report["roles"][w["role"]]
         handled = sum(v for k, v in report["worker_requests"].items() if k.startswith(w["role"] + "-"))

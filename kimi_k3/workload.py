@@ -66,6 +66,17 @@ def workload_args(kind: str, w: Workload) -> list[str]:
     return base + ["--isl", str(SYNTHETIC_ISL), "--osl", str(OSL), "--conversation-num", str(w.requests)]
 
 
+def trace_args(input_file: str, speedup: float = 1.0) -> list[str]:
+    """AIPerf's own replay of a mooncake_trace file (no parser of ours): each request at its timestamp, the first
+    at 0 (aiperf config/flags/cli_config.py: --fixed-schedule, --fixed-schedule-auto-offset); time divided by
+    `speedup` through AIPerf's synthesizer (dataset/synthesis/synthesizer.py: timestamp / speedup_ratio), the
+    only time scale its mooncake_trace loader takes (--replay-speedup is baseten_trace's only)."""
+    return (["--endpoint-type", "chat", "--streaming", "--input-file", input_file,
+             "--custom-dataset-type", "mooncake_trace", "--fixed-schedule", "--fixed-schedule-auto-offset",
+             "--random-seed", str(RANDOM_SEED), "--ui", "none", "--no-gpu-telemetry"]
+            + ([] if speedup == 1 else ["--synthesis-speedup-ratio", f"{speedup:g}"]))
+
+
 def profile_args(kind: str, w: Workload, *, model: str, url: str, tokenizer: str, artifact_dir: str,
                  extra: Sequence[str] = ()) -> list[str]:
     """`aiperf profile ...` (without the program) for run `kind` against `url`; `extra`: place-only flags."""

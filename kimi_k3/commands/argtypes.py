@@ -116,3 +116,29 @@ def nonempty(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is empty; allowed: a non-empty text (where the value comes from)")
     return text
+
+
+def seconds_window(text: str) -> tuple[float, float]:
+    """START:END seconds, 0 <= START <= END (a time window of a trace, from its first timestamp's origin)."""
+    allowed = "START:END seconds with 0 <= START <= END, e.g. 600:900"
+    parts = text.split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        start, end = (float(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a window; allowed: {allowed}") from None
+    if not (math.isfinite(start) and math.isfinite(end) and 0 <= start <= end):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a window; allowed: {allowed}")
+    return start, end
+
+
+def bounded(least: float, most: float) -> Callable[[str], float]:
+    """A finite number in [least, most]."""
+    def parse(text: str) -> float:
+        value = finite(text)
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"{text} is out of range; allowed: {least:g} to {most:g}")
+        return value
+    parse.__name__ = f"number in [{least:g}, {most:g}]"
+    return parse

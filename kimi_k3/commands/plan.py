@@ -43,6 +43,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--output-tokens-per-second", type=positive, help="stack output throughput for $/Mtok")
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
     p.add_argument("--plot", metavar="FILE.png", help="draw capacity and cost vs context length per role")
+    p.add_argument("--trace", metavar="FILE", help="a mooncake_trace JSONL file (kimi-k3 rehearse --trace): print its "
+                   "uncached input, output and arrival rate, and the prefill:decode workers it needs on STACK")
     plan_perf.add_arguments(p)
     p.set_defaults(func=run)
     return p
@@ -157,6 +159,29 @@ def _from_graph(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
     if args.kv_budget_gib is not None:
         stack = _rebudget(stack, args.kv_budget_gib)
     return stack, f"stack {args.stack}"
+
+
+TRACE_MAX_BYTES = 256 << 20      # read whole; the FAST'25 hour is 3 MB
+
+
+def plan_trace(args: argparse.Namespace) -> int:
+    """`plan STACK --trace FILE`: the P:D ratio the trace needs at the stack's TPs (kimi_k3/trace_plan.py)."""
+    from kimi_k3 import perf, trace_cache, trace_plan
+    from kimi_k3.stacks import load_stack
+    if not args.stack:
+        raise UserError(f"--trace {args.trace}: give the STACK whose layout it sizes (kimi-k3 plan STACK --trace FILE)")
+    try:
+        _, graph = load_stack(args.stack)
+        lines = trace_cache.read_lines(args.trace, "--trace", TRACE_MAX_BYTES)
+        _, requests = trace_cache.select(lines, f"--trace {args.trace}", limit=10 ** 7)
+        layout = plan_perf.layout_of(stack_plan(args.stack))
+        r = trace_plan.pd_ratio(requests, gpu=layout.gpu, prefill_tp=layout.prefill_tp or layout.tp,
+                                decode_tp=layout.tp, block_size=graph.block_size)
+    except (trace_cache.TraceError, perf.PerfError, StackError) as e:
+        print(f"kimi-k3 plan {args.stack}: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(r, indent=2) if args.json else trace_plan.render(r, args.trace, args.stack, layout.mode).rstrip())
+    return 0
 
 
 def stack_plan(name: str) -> planner.StackPlan:
@@ -327,6 +352,8 @@ def run(args: argparse.Namespace) -> int:
     if args.isl + args.osl > model_context():
         raise UserError(f"--isl {args.isl:,} + --osl {args.osl:,} = {args.isl + args.osl:,} tokens: longer than "
                         f"Kimi K3's context; allowed: ISL + OSL <= {model_context():,}")
+    if args.trace:
+        return plan_trace(args)
     try:
         if args.sla:
             if args.stack or args.gpu:

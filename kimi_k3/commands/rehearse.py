@@ -23,19 +23,23 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import unquote
 
-from kimi_k3 import rehearsal, smoke, workload
+from kimi_k3 import rehearsal, smoke, trace_cache, workload
 from kimi_k3.config import ConfigError
 from kimi_k3.atomic import write_text, write_with
 from kimi_k3.errors import UserError, check_writable_dir
 from kimi_k3.stacks import StackError, load_stack, project_root
 
-from .argtypes import choice_list, positive, positive_int, stack_name_problem
+from .argtypes import bounded, choice_list, positive, positive_int, seconds_window, stack_name_problem, whole
 
 VENV_ENV = "KIMI_K3_REHEARSE_PYTHON"      # python of the rehearsal venv (default: .venv-rehearse/bin/python)
 NETNS_ENV = "KIMI_K3_REHEARSE_NETNS"      # set once the command runs inside its own network namespace
 MARKER_ENV = "KIMI_K3_REHEARSAL"          # set in every child: tests find leftovers by it in /proc/*/environ
 FIXTURE = Path(rehearsal.__file__).with_name("rehearse_fixture.py")
 BROKER = Path(rehearsal.__file__).with_name("rehearse_broker.py")   # the event plane's loopback-only broker
+# A replayed trace's bounds on a 2-core machine (every request is a real AIPerf request through the real frontend):
+TRACE_MAX_REQUESTS = 2000
+TRACE_MAX_SECONDS = 1800.0              # replay wall time: the selection's span / --trace-speedup
+TRACE_MAX_BYTES = 64 << 20              # read whole before anything starts (the FAST'25 hour is 3 MB)
 
 
 class RehearsalFailed(Exception):
@@ -69,6 +73,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="use the mocker's own timing model instead of the stack's performance model")
     p.add_argument("--runs", type=choice_list(workload.RUNS), help="AIPerf runs, comma-separated from agentic,synthetic (benchmark.runs; both)")
     p.add_argument("--no-load", dest="load", action="store_false", help="skip AIPerf (ready + smoke test only)")
+    p.add_argument("--trace", metavar="FILE", help="replay this mooncake_trace JSONL file (timestamp ms, input_length, "
+                   "output_length, hash_ids of 512-token blocks) at its arrival times instead of the built-in runs, "
+                   f"through AIPerf's own trace replay; at most {TRACE_MAX_REQUESTS:,} requests and "
+                   f"{TRACE_MAX_SECONDS:,.0f} s")
+    p.add_argument("--trace-first", type=whole(1, TRACE_MAX_REQUESTS), metavar="N",
+                   help="replay only the first N requests (of the window, if given)")
+    p.add_argument("--trace-window", type=seconds_window, metavar="START:END",
+                   help="replay only the requests whose timestamp is in [START, END] seconds")
+    p.add_argument("--trace-speedup", type=bounded(0.01, 1000), default=1.0, metavar="X",
+                   help="replay X times faster than recorded (0.5 = twice as slow; 1)")
     p.add_argument("--host-network", action="store_true",
                    help="run on the host's loopback instead of a private network namespace (the default where "
                         "`unshare` works); every listener binds 127.0.0.1 either way")
@@ -288,6 +302,83 @@ def aiperf_argv(python: Path, plan: rehearsal.Rehearsal, kind: str, w: workload.
         kind, w, model=plan.served_model_name, url=plan.url, tokenizer=str(model_dir), artifact_dir=str(out))]
 
 
+def trace_argv(python: Path, plan: rehearsal.Rehearsal, trace_file: Path, speedup: float, tokenizer: str,
+               out: Path) -> list[str]:
+    """AIPerf's replay of the selected trace lines against the local frontend (kimi_k3/workload.py trace_args)."""
+    return [str(python), "-m", "aiperf", "profile", "--model", plan.served_model_name, "--url", plan.url,
+            "--tokenizer", tokenizer, "--artifact-dir", str(out), *workload.trace_args(str(trace_file), speedup)]
+
+
+FIXTURE_REPO = "kimi-k3/rehearsal-fixture"   # the fixture tokenizer as a Hub-cache snapshot (trace replay only)
+
+
+def hub_snapshot(model_dir: Path, cache: Path) -> dict[str, str]:
+    """The fixture tokenizer as a Hub-cache snapshot, and the env that makes AIPerf load it offline. AIPerf's trace
+    prompt synthesis decodes in a process pool that forces HF_HUB_OFFLINE and resolves the tokenizer with
+    snapshot_download(local_files_only=True) (aiperf dataset/generator/parallel_decode.py _init_worker,
+    common/tokenizer.py _resolve_local_snapshot): a directory path fails there, a cached repo id does not."""
+    rev = "0" * 40
+    repo = cache / ("models--" + FIXTURE_REPO.replace("/", "--"))
+    snap = repo / "snapshots" / rev
+    snap.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(rev)
+    for f in model_dir.iterdir():
+        if f.is_file() and not (snap / f.name).exists():
+            (snap / f.name).symlink_to(f)
+    return {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    path: Path
+    lines: list[str]
+    requests: list[trace_cache.Request]
+    first: Optional[int]
+    window: Optional[tuple[float, float]]
+    speedup: float
+    block_size: int
+
+    @property
+    def replay_seconds(self) -> float:
+        return trace_cache.span_seconds(self.requests) / self.speedup
+
+    def report(self, achieved: Optional[float]) -> dict[str, Any]:
+        """report.json's `trace`: what was replayed, the best hit rate any cache could reach on it at the stack's
+        block size, and the rate the frontend measured beside it."""
+        return {"file": str(self.path), "first": self.first, "window_s": None if self.window is None else
+                list(self.window), "speedup": self.speedup, "replay_seconds": round(self.replay_seconds, 3),
+                **trace_cache.summary(self.requests, self.block_size), "achieved_hit_rate": achieved}
+
+
+def load_trace(args: argparse.Namespace, max_model_len: int, block_size: int) -> Optional[Trace]:
+    """--trace FILE's selection, checked against the bounds before anything starts (None without --trace)."""
+    if args.trace is None:
+        given = [f for f, v in (("--trace-first", args.trace_first), ("--trace-window", args.trace_window),
+                                ("--trace-speedup", None if args.trace_speedup == 1 else args.trace_speedup)) if v]
+        if given:
+            raise UserError(f"{', '.join(given)}: select from a trace; give it with --trace FILE")
+        return None
+    if args.runs:
+        raise UserError(f"--runs {','.join(args.runs)} with --trace {args.trace}: a trace replaces the built-in runs; "
+                        "give one or the other")
+    path = Path(args.trace)
+    text = trace_cache.read_lines(path, "--trace", TRACE_MAX_BYTES)
+    lines, requests = trace_cache.select(text, f"--trace {path}", first=args.trace_first,
+                                         window=args.trace_window, limit=TRACE_MAX_REQUESTS)
+    for r in requests:
+        if r.input_length + r.output_length > max_model_len:
+            raise UserError(f"--trace {path}: the request at {r.timestamp_ms / 1000:g} s has {r.input_length:,} input "
+                            f"+ {r.output_length:,} output tokens; the rehearsal's context is {max_model_len:,} "
+                            "tokens: select a window without it")
+    t = Trace(path.resolve(), lines, requests, args.trace_first, args.trace_window, args.trace_speedup, block_size)
+    if t.replay_seconds > TRACE_MAX_SECONDS:
+        raise UserError(f"--trace {path}: the {len(requests):,} selected requests span {t.replay_seconds:,.0f} s at "
+                        f"--trace-speedup {args.trace_speedup:g}; the limit is {TRACE_MAX_SECONDS:,.0f} s: select "
+                        "a shorter --trace-window, fewer with --trace-first N, or raise --trace-speedup")
+    return t
+
+
 def resolve_workload(cfg: Any, args: argparse.Namespace) -> workload.Workload:
     """The stack's benchmark workload (kimi-k3:serving.benchmark) with this command's flags on top."""
     w = cfg.serving.benchmark.to_workload()
@@ -298,11 +389,11 @@ def resolve_workload(cfg: Any, args: argparse.Namespace) -> workload.Workload:
 
 
 def run_aiperf(procs: Processes, name: str, argv: list[str], out: Path, deadline: float, say: Callable[[str], None],
-               env: dict[str, str]) -> dict[str, Any]:
+               env: dict[str, str], hub_env: Optional[dict[str, str]] = None) -> dict[str, Any]:
     started = time.monotonic()
     # AIPerf's offline mode cannot load a tokenizer from a local directory (it resolves a Hub snapshot): leave it
     # online-capable, with the Hub pointed at a closed loopback port (rehearsal.NO_HUB) so nothing leaves the machine.
-    proc = procs.start(name, argv, {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": ""}, cwd=out.parent)
+    proc = procs.start(name, argv, hub_env or {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": ""}, cwd=out.parent)
     last = 0.0
     while proc.poll() is None:
         elapsed = time.monotonic() - started
@@ -347,6 +438,14 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         say(f"kimi-k3 rehearse {args.stack}: --perf-profile {args.perf_profile}: no such file or directory "
             "(a mocker-format .npz or a profiler results directory)")
         return 2
+    trace = None
+    try:
+        trace = load_trace(args, max(r.max_model_len for r in graph.roles), graph.block_size)
+    except (UserError, trace_cache.TraceError) as err:
+        say(f"kimi-k3 rehearse {args.stack}: {err}")
+        return 2
+    if trace is not None:
+        runs_wanted = ["trace"]
     # Input checked. One rehearsal per output directory at a time (a second one is refused before it starts).
     try:
         lock = lock_out(out)
@@ -365,6 +464,8 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     clear_previous(out)
     for d in (logs, out / "aiperf"):
         d.mkdir(parents=True, exist_ok=True)
+    if trace is not None:   # the selected lines, unchanged: what AIPerf replays and the report describes
+        write_text(out / TRACE_COPY, "".join(trace.lines))
     args.network = "private network namespace (loopback only)" if os.environ.get(NETNS_ENV) == "1" else "host loopback"
 
     # Step timing from the stack's performance model unless a profile (or the mocker's own timing) is asked for.
@@ -452,11 +553,20 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         if args.load:
             before = _metrics(plan.http_port)
             for kind in runs_wanted:
-                say(f"[{time.monotonic() - started:5.1f}s] AIPerf {kind}: {w.requests} requests, "
-                    f"cap {w.duration_seconds:.0f}s")
-                argv = aiperf_argv(python, plan, kind, w, model_dir, out / "aiperf" / kind)
-                runs[kind] = run_aiperf(procs, f"aiperf-{kind}", argv, out / "aiperf" / kind,
-                                        w.run_deadline_seconds(), say, env)
+                if kind == "trace":
+                    say(f"[{time.monotonic() - started:5.1f}s] AIPerf trace replay: {len(trace.requests)} requests "
+                        f"over {trace.replay_seconds:.0f}s")
+                    hub_env = hub_snapshot(model_dir, scratch / "hub")
+                    argv = trace_argv(python, plan, out / TRACE_COPY, args.trace_speedup, FIXTURE_REPO,
+                                      out / "aiperf" / kind)
+                    deadline = trace.replay_seconds + workload.RUN_GRACE_SECONDS
+                else:
+                    say(f"[{time.monotonic() - started:5.1f}s] AIPerf {kind}: {w.requests} requests, "
+                        f"cap {w.duration_seconds:.0f}s")
+                    argv = aiperf_argv(python, plan, kind, w, model_dir, out / "aiperf" / kind)
+                    deadline = w.run_deadline_seconds()
+                runs[kind] = run_aiperf(procs, f"aiperf-{kind}", argv, out / "aiperf" / kind, deadline, say, env,
+                                        hub_env if kind == "trace" else None)
         measure()
         dead = procs.dead()
         if dead:
@@ -489,7 +599,8 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                                            "aiperf": {"requests": w.requests, "duration_cap_s": w.duration_seconds,
                                                       "concurrency": w.concurrency,
                                                       "system_prompt_tokens": w.system_prompt_tokens,
-                                                      "turns": w.turns}})
+                                                      "turns": w.turns},
+                                           **({} if trace is None else {"trace": trace.report(kv_hit)})})
     write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
     plots: list[str] = []
     try:
@@ -506,7 +617,8 @@ HIT_METRICS = ("dynamo_frontend_input_sequence_tokens_sum", "dynamo_frontend_cac
 LOCK_FD_ENV = "KIMI_K3_REHEARSE_LOCK_FD"  # the run's lock, held across the exec into the network namespace
 PLOTS = ("latency.png", "workers.png", "agentic_ttft.png")
 # A previous run's results: removed before this run starts, so a failed or interrupted run never shows them.
-PREVIOUS = ("report.json", "report.md", "processes.json", "perf_profile.npz", *PLOTS)
+TRACE_COPY = "trace.jsonl"   # the replayed selection of --trace, in the run directory
+PREVIOUS = ("report.json", "report.md", "processes.json", "perf_profile.npz", TRACE_COPY, *PLOTS)
 PREVIOUS_DIRS = ("aiperf", "logs", "discovery")
 
 
@@ -562,10 +674,12 @@ def command_line(args: argparse.Namespace) -> list[str]:
     """The same command's arguments again (to re-run it inside the network namespace)."""
     out = [args.stack]
     for name in ("out", "ready_timeout", "requests", "duration", "concurrency", "system_prompt_tokens", "turns",
-                 "speedup_ratio", "perf_profile", "runs"):
-        value = getattr(args, name)
+                 "speedup_ratio", "perf_profile", "runs", "trace", "trace_first", "trace_window", "trace_speedup"):
+        value = getattr(args, name, None)
         if value is not None:
-            out += ["--" + name.replace("_", "-"), ",".join(value) if name == "runs" else str(value)]
+            text = (",".join(value) if name == "runs" else f"{value[0]!r}:{value[1]!r}" if name == "trace_window"
+                    else repr(value) if isinstance(value, float) else str(value))
+            out += ["--" + name.replace("_", "-"), text]
     return (out + ([] if args.load else ["--no-load"]) + (["--host-network"] if args.host_network else [])
             + ([] if args.perf_model else ["--mocker-timing"]))
 
