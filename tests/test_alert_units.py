@@ -75,12 +75,14 @@ print(json.dumps(out))
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.rehearse  # needs .venv-rehearse: runs in make test-rehearse, where it exists
 def test_table_names_are_what_the_installed_dynamo_exports(installed_dynamo):
     assert installed_dynamo["version"] == "1.6.1"
     for name, built in installed_dynamo["names"].items():
         assert built == name
 
 
+@pytest.mark.rehearse  # needs .venv-rehearse: runs in make test-rehearse, where it exists
 def test_kv_gauge_is_a_fraction_and_the_rendered_alert_fires_on_it(installed_dynamo, rendered):
     assert installed_dynamo["publisher_sets_from_kv_cache_usage"]
     samples = [line.split() for line in installed_dynamo["exposition"].splitlines()

@@ -109,6 +109,7 @@ print(json.dumps({{name: {{"probe": len(t.encode(probe).ids), "old": len(t.encod
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.rehearse  # needs .venv-rehearse: runs in make test-rehearse, where it exists
 def test_probe_spans_its_words_in_tokens_under_any_bpe_the_old_prompt_did_not(tokenizer_counts):
     words = smoke.probe_tokens(1536)
     for name, counts in tokenizer_counts.items():
