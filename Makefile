@@ -129,12 +129,12 @@ pulumi-cli:
 	  echo "Offline, without the CLI: make render STACK=$(STACK)"; exit 1; }
 
 user-config: venv
-	@$(BIN)/python -m kimi_k3.user_config '$(STACK)' >/dev/null
+	@$(BIN)/python -m kimi_k3.config.user_values '$(STACK)' >/dev/null
 
 stack: venv pulumi-cli  ## create STACK in the backend (if new) and its per-user config .pulumi-user/Pulumi.STACK.yaml
 	@mkdir -p .pulumi-state
 	pulumi stack select --create '$(STACK)'
-	@$(BIN)/python -m kimi_k3.user_config '$(STACK)' >/dev/null
+	@$(BIN)/python -m kimi_k3.config.user_values '$(STACK)' >/dev/null
 
 token: stack
 	@pulumi config get kimi-k3:hfToken $(PULUMI_ARGS) >/dev/null 2>&1 || { \

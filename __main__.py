@@ -1,42 +1,58 @@
 """kimi-k3: NVIDIA Dynamo serving Kimi K3 on GB200/GB300 NVL72. Thin shell: typed config in, components out."""
+
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components.aws import GpuCluster, GpuClusterArgs, ModelStorage, ModelStorageArgs
+from components.aws.cluster import GpuCluster, GpuClusterArgs
+from components.aws.storage import ModelStorage, ModelStorageArgs
 from components.cluster import Cluster, ClusterArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.platform import Addons, AddonsArgs
 from components.serving_graph import BenchmarkArgs, ServingGraph, ServingGraphArgs, SmokeTestArgs
-from kimi_k3 import aws, manifests, monitoring, planner, platform_set
-from kimi_k3.addons import addon_specs
-from kimi_k3.config import parse_stack_config
+from kimi_k3 import names
+from kimi_k3.aws import cluster as aws_cluster
+from kimi_k3.aws import nodes as aws
+from kimi_k3.aws import storage as aws_storage
+from kimi_k3.config import stack
+from kimi_k3.config.stack import parse_stack_config
+from kimi_k3.config.stack_files import in_stack_file
 from kimi_k3.errors import UserError
-from kimi_k3.graph import build_graph, cache_size_gi
-from kimi_k3.stacks import in_stack_file
+from kimi_k3.facts import model
+from kimi_k3.graph.build import build_graph, cache_size_gi
+from kimi_k3.k8s import deployment as manifests
+from kimi_k3.k8s import monitoring, node_local, platform_set
+from kimi_k3.k8s.addons import addon_specs
 
 raw = runtime_config.CONFIG.get()
 try:  # validate everything before the first resource is registered: bad input is one message, never a traceback
     cfg = parse_stack_config(raw, {k for k in raw if runtime_config.is_config_secret(k)})
     graph = build_graph(pulumi.get_stack(), cfg)
-    cache_gi = cache_size_gi(cfg, planner.checkpoint_bytes(planner.load_model_facts()))
+    cache_gi = cache_size_gi(cfg, model.checkpoint_bytes(model.load_model_facts()))
     eks_mode = cfg.cluster.mode == "eks"
     storage_kind = cfg.storage.resolved_kind
     if eks_mode:
         gpu_plan = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes, efa=graph.kv_transport == "efa")
-        subnets = aws.subnet_plan(cfg)
-        endpoint = aws.endpoint_access(cfg.cluster)
-        aws.check_storage(cfg, cache_gi)
+        subnets = aws_cluster.subnet_plan(cfg)
+        endpoint = aws_cluster.endpoint_access(cfg.cluster)
+        aws_storage.check_storage(cfg, cache_gi)
     addons = addon_specs(cfg, gpu_plan.instance.name if eks_mode else None, kv_over_efa=graph.kv_transport == "efa")
     # Operator, Grove, KAI, DRA driver and CRD versions move together (recipes/platform-set.yaml).
-    platform_set.check(addons, cfg.cluster.kubernetes_version if eks_mode else None, {
-        "DynamoGraphDeployment": manifests.graph_deployment(graph)["apiVersion"],
-        **{"ComputeDomain": manifests.compute_domain(graph, k)["apiVersion"] for k in graph.compute_domains[:1]}})
+    platform_set.check(
+        addons,
+        cfg.cluster.kubernetes_version if eks_mode else None,
+        {
+            "DynamoGraphDeployment": manifests.graph_deployment(graph)["apiVersion"],
+            **{"ComputeDomain": manifests.compute_domain(graph, k)["apiVersion"] for k in graph.compute_domains[:1]},
+        },
+    )
 except UserError as err:
     raise pulumi.RunError(in_stack_file(pulumi.get_stack(), err)) from None
 except Exception as err:  # noqa: BLE001 - a check that failed to say what is wrong is still reported in one line
-    raise pulumi.RunError(f"Pulumi.{pulumi.get_stack()}.yaml: the configuration could not be validated "
-                          f"({type(err).__name__}: {err}); this is a kimi-k3 bug, please report it") from None
+    raise pulumi.RunError(
+        f"Pulumi.{pulumi.get_stack()}.yaml: the configuration could not be validated "
+        f"({type(err).__name__}: {err}); this is a kimi-k3 bug, please report it"
+    ) from None
 
 settings = pulumi.Config("kimi-k3")
 # Parked (`make park`): only the model cache's filesystem and the network it sits in stay; the next `up` deletes the
@@ -44,23 +60,38 @@ settings = pulumi.Config("kimi-k3")
 parked = eks_mode and cfg.cluster.parked
 eks = None
 if eks_mode:
-    eks = GpuCluster("kimi-k3-eks", GpuClusterArgs(cfg.cluster, gpu_plan, subnets, graph.platform.name, endpoint,
-                                                   parked=parked))
+    eks = GpuCluster(
+        "kimi-k3-eks", GpuClusterArgs(cfg.cluster, gpu_plan, subnets, graph.platform.name, endpoint, parked=parked)
+    )
 if parked:
     pulumi.export("parked", True)
     pulumi.export("gpus", 0)
     pulumi.export("nodes", 0)
     if storage_kind != "existing":
-        kept = ModelStorage("kimi-k3-storage", ModelStorageArgs(
-            cfg.storage, None, eks.vpc.id, cfg.cluster.vpc_cidr, eks.private_subnet_ids[aws.storage_zone(cfg)], [],
-            graph.namespace, manifests.NAMES["pvc"], "/" + manifests.model_dir_name(graph), aws.pv_size_gi(cfg, cache_gi),
-            parked=True), provider=None)
+        kept = ModelStorage(
+            "kimi-k3-storage",
+            ModelStorageArgs(
+                cfg.storage,
+                None,
+                eks.vpc.id,
+                cfg.cluster.vpc_cidr,
+                eks.private_subnet_ids[aws_storage.storage_zone(cfg)],
+                [],
+                graph.namespace,
+                names.NAMES["pvc"],
+                "/" + node_local.model_dir_name(graph),
+                aws_storage.pv_size_gi(cfg, cache_gi),
+                parked=True,
+            ),
+            provider=None,
+        )
         pulumi.export("filesystemId", kept.filesystem_id)
         if kept.bucket_name is not None:
             pulumi.export("weightsBucket", kept.bucket_name)
 else:
-    cluster = Cluster("kimi-k3-cluster", ClusterArgs(
-        cfg.cluster, graph, eks.kubeconfig if eks else settings.get_secret("kubeconfig")))
+    cluster = Cluster(
+        "kimi-k3-cluster", ClusterArgs(cfg.cluster, graph, eks.kubeconfig if eks else settings.get_secret("kubeconfig"))
+    )
     k8s_only = pulumi.ResourceOptions(providers=[cluster.provider])
 
     # Controllers and the download Job run on the system nodes; nothing here waits for the GPU node group.
@@ -72,48 +103,102 @@ else:
     # Filesystems live in the GPU zone unless it is a Local Zone (no FSx/EFS there): then in the Region, across the link.
     storage_class, storage_ready, storage = cfg.storage.storage_class, [], None
     if eks and storage_kind != "existing":
-        storage = ModelStorage("kimi-k3-storage", ModelStorageArgs(
-            cfg.storage, eks.cluster.name, eks.vpc.id, cfg.cluster.vpc_cidr,
-            eks.private_subnet_ids[aws.storage_zone(cfg)], eks.system_subnet_ids,
-            graph.namespace, manifests.NAMES["pvc"], "/" + manifests.model_dir_name(graph), aws.pv_size_gi(cfg, cache_gi),
-            wait_for=system_nodes, region=cfg.cluster.region, efs_mount_options=aws.efs_mount_options(cfg),
-            hf_token=settings.require_secret("hfToken"), model_repo=cfg.model.repo, model_revision=cfg.model.revision,
-            hub_version=cfg.model.hub_version, fetcher_subnet_id=eks.system_subnet_ids[0], egress_ready=eks.egress_ready,
-            oidc=eks.oidc, compile_cache=graph.compile_cache,
-            namespace=cluster.namespace, fetch_deadline_seconds=cfg.serving.download_timeout_seconds),
-            provider=cluster.provider)
+        storage = ModelStorage(
+            "kimi-k3-storage",
+            ModelStorageArgs(
+                cfg.storage,
+                eks.cluster.name,
+                eks.vpc.id,
+                cfg.cluster.vpc_cidr,
+                eks.private_subnet_ids[aws_storage.storage_zone(cfg)],
+                eks.system_subnet_ids,
+                graph.namespace,
+                names.NAMES["pvc"],
+                "/" + node_local.model_dir_name(graph),
+                aws_storage.pv_size_gi(cfg, cache_gi),
+                wait_for=system_nodes,
+                region=cfg.cluster.region,
+                efs_mount_options=aws_storage.efs_mount_options(cfg),
+                hf_token=settings.require_secret("hfToken"),
+                model_repo=cfg.model.repo,
+                model_revision=cfg.model.revision,
+                hub_version=cfg.model.hub_version,
+                fetcher_subnet_id=eks.system_subnet_ids[0],
+                egress_ready=eks.egress_ready,
+                oidc=eks.oidc,
+                compile_cache=graph.compile_cache,
+                namespace=cluster.namespace,
+                fetch_deadline_seconds=cfg.serving.download_timeout_seconds,
+            ),
+            provider=cluster.provider,
+        )
         storage_class, storage_ready = storage.storage_class, storage.ready
     platform = Addons("kimi-k3-platform", AddonsArgs(addons, wait_for=system_nodes), opts=k8s_only)
-    cache = ModelCache("kimi-k3-model-cache", ModelCacheArgs(
-        graph, settings.require_secret("hfToken"), storage_class, cache_gi,
-        cfg.model.download_image, cfg.model.hub_version,
-        fetch_from_hub=not (storage and (storage_kind == "s3" or (storage_kind == "fsx-lustre" and cfg.storage.fsx.s3_import_path))),
-        wait_for=[cluster.namespace, *storage_ready, *system_nodes],
-        node_selector=aws.SYSTEM_LABELS if eks else None,
-        wait_seconds=cfg.serving.download_timeout_seconds if storage and storage_kind == "s3" else 0), opts=k8s_only)
+    cache = ModelCache(
+        "kimi-k3-model-cache",
+        ModelCacheArgs(
+            graph,
+            settings.require_secret("hfToken"),
+            storage_class,
+            cache_gi,
+            cfg.model.download_image,
+            cfg.model.hub_version,
+            fetch_from_hub=not (
+                storage and (storage_kind == "s3" or (storage_kind == "fsx-lustre" and cfg.storage.fsx.s3_import_path))
+            ),
+            wait_for=[cluster.namespace, *storage_ready, *system_nodes],
+            node_selector=aws.SYSTEM_LABELS if eks else None,
+            wait_seconds=cfg.serving.download_timeout_seconds if storage and storage_kind == "s3" else 0,
+        ),
+        opts=k8s_only,
+    )
     # ComputeDomains and the graph need the DRA driver (ComputeDomain CRD, channel templates) and the Dynamo
     # operator (DGD CRD, webhooks); the graph's pods also need the GPU nodes.
     operators = [platform.releases[k] for k in ("draDriver", "dynamoPlatform") if k in platform.releases]
-    serving = ServingGraph("kimi-k3-serving", ServingGraphArgs(
-        graph, platform_ready=[cluster.namespace, *operators],
-        workers_ready=[cache.download, *([eks.gpu_nodes] if eks else []), *(storage.compile_cache_ready if storage else [])],
-        preflight=cfg.serving.preflight, nodes_ready=[eks.gpu_nodes] if eks else [],
-        gpu_nodes_ready=[cluster.namespace, *([eks.gpu_nodes] if eks else [])],
-        gpu_node_selector=aws.gpu_node_labels(graph.platform.name) if eks else None,
-        smoke_test=SmokeTestArgs(cfg.model.download_image, aws.SYSTEM_LABELS if eks else None)
-        if cfg.serving.smoke_test else None,
-        watch_image=cfg.model.download_image, node_selector=aws.SYSTEM_LABELS if eks else None,
-        benchmark=BenchmarkArgs(cfg.serving.benchmark, aws.SYSTEM_LABELS if eks else None)
-        if cfg.serving.benchmark.enabled else None,
-        weights_ready=[cache.download, *storage_ready]), opts=k8s_only)
+    serving = ServingGraph(
+        "kimi-k3-serving",
+        ServingGraphArgs(
+            graph,
+            platform_ready=[cluster.namespace, *operators],
+            workers_ready=[
+                cache.download,
+                *([eks.gpu_nodes] if eks else []),
+                *(storage.compile_cache_ready if storage else []),
+            ],
+            preflight=cfg.serving.preflight,
+            nodes_ready=[eks.gpu_nodes] if eks else [],
+            gpu_nodes_ready=[cluster.namespace, *([eks.gpu_nodes] if eks else [])],
+            gpu_node_selector=aws.gpu_node_labels(graph.platform.name) if eks else None,
+            smoke_test=SmokeTestArgs(cfg.model.download_image, aws.SYSTEM_LABELS if eks else None)
+            if cfg.serving.smoke_test
+            else None,
+            watch_image=cfg.model.download_image,
+            node_selector=aws.SYSTEM_LABELS if eks else None,
+            benchmark=BenchmarkArgs(cfg.serving.benchmark, aws.SYSTEM_LABELS if eks else None)
+            if cfg.serving.benchmark.enabled
+            else None,
+            weights_ready=[cache.download, *storage_ready],
+        ),
+        opts=k8s_only,
+    )
 
     # Monitors, alert rules and dashboards for every serving pod; kube-prometheus-stack unless the cluster has its own.
-    if monitoring.stack_mode(cfg) != "none":
+    if stack.stack_mode(cfg) != "none":
         monitoring_data, alert_thresholds = monitoring.settings(cfg)
         addon_ns = {a.key: a.namespace for a in addons}
-        Monitoring("kimi-k3-monitoring", MonitoringArgs(
-            graph, monitoring.stack_mode(cfg), monitoring_data, alert_thresholds, addon_ns["gpuOperator"],
-            addon_ns["draDriver"], wait_for=[cluster.namespace, *system_nodes]), opts=k8s_only)
+        Monitoring(
+            "kimi-k3-monitoring",
+            MonitoringArgs(
+                graph,
+                stack.stack_mode(cfg),
+                monitoring_data,
+                alert_thresholds,
+                addon_ns["gpuOperator"],
+                addon_ns["draDriver"],
+                wait_for=[cluster.namespace, *system_nodes],
+            ),
+            opts=k8s_only,
+        )
 
     frontend = f"{graph.frontend_service}.{graph.namespace}.svc.cluster.local:{graph.frontend.http_port}"
     pulumi.export("namespace", graph.namespace)
@@ -122,14 +207,33 @@ else:
     pulumi.export("modelPath", graph.model_path)
     pulumi.export("gpus", graph.gpus)
     pulumi.export("nodes", graph.nodes)
-    pulumi.export("roles", {r.key: {"component": r.component, "tp": r.tp, "nodesPerReplica": r.nodes_per_replica,
-                                   "replicas": r.replicas, "gpus": r.gpus, "nodes": r.nodes} for r in graph.roles})
+    pulumi.export(
+        "roles",
+        {
+            r.key: {
+                "component": r.component,
+                "tp": r.tp,
+                "nodesPerReplica": r.nodes_per_replica,
+                "replicas": r.replicas,
+                "gpus": r.gpus,
+                "nodes": r.nodes,
+            }
+            for r in graph.roles
+        },
+    )
     pulumi.export("addons", {a.key: {"chart": a.chart, "version": a.version, "installed": a.install} for a in addons})
     if eks:
         pulumi.export("kubeconfig", eks.kubeconfig)  # secret
         pulumi.export("clusterName", eks.cluster.name)
-        pulumi.export("gpuNodes", {"instanceType": gpu_plan.instance.name, "capacityType": gpu_plan.capacity_type,
-                                   "nodes": gpu_plan.nodes, "reservationNodes": gpu_plan.max_nodes})
+        pulumi.export(
+            "gpuNodes",
+            {
+                "instanceType": gpu_plan.instance.name,
+                "capacityType": gpu_plan.capacity_type,
+                "nodes": gpu_plan.nodes,
+                "reservationNodes": gpu_plan.max_nodes,
+            },
+        )
     if storage:
         pulumi.export("filesystemId", storage.filesystem_id)
     if storage and storage.bucket_name is not None:

@@ -6,6 +6,7 @@ the 2-core CI machine; the same diff with the base already in the render cache (
 push) is reported beside it. Exits 1 when over budget or when any stack fails to render.
 Usage: .venv/bin/python bench/bench_diff.py [--runs N] [--base REF]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,13 @@ def cold_diff(base: str, empty_cache: bool) -> tuple[float, dict]:
     if empty_cache:
         shutil.rmtree(CACHE, ignore_errors=True)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "kimi_k3", "diff", "--base", base, "--format", "json"],
-                          cwd=ROOT, check=True, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kimi_k3", "diff", "--base", base, "--format", "json"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return time.perf_counter() - start, json.loads(proc.stdout)
 
 
@@ -43,8 +49,10 @@ def main() -> int:
     errors = [s["summary"] for s in stacks if s["status"] == "error"]
     times = [t for t, _ in cold]
     over = statistics.median(times) > BUDGET_SECONDS
-    print(f"kimi-k3 diff, {len(stacks)} stacks x 2 revisions, empty render cache: median {statistics.median(times):.2f} s, "
-          f"max {max(times):.2f} s (budget {BUDGET_SECONDS} s) {'OVER' if over else 'ok'}")
+    print(
+        f"kimi-k3 diff, {len(stacks)} stacks x 2 revisions, empty render cache: median {statistics.median(times):.2f} s, "
+        f"max {max(times):.2f} s (budget {BUDGET_SECONDS} s) {'OVER' if over else 'ok'}"
+    )
     print(f"  base already cached: median {statistics.median(t for t, _ in warm):.2f} s")
     for line in errors:
         print(f"render failed: {line}")

@@ -4,6 +4,7 @@ Budget: 30 s wall per cold `kimi-k3 plan --sla ...` process (imports included), 
 shapes (agentic long context, chat-like short context, with and without a request rate). Exits 1 when over.
 Usage: .venv/bin/python bench/bench_sla.py [--runs N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,18 @@ CASES = [
     ["--sla", "ttft_ms=5000,tpot_ms=50", "--isl", "8192", "--osl", "1024", "--request-rate", "2"],
     ["--sla", "ttft_ms=120000,tpot_ms=200", "--isl", "262144", "--osl", "1024", "--request-rate", "0.5"],
     # off the table's grid, with prefix-cache hits and the prefill queue sizing copies (issue 20 / 25)
-    ["--sla", "ttft_ms=3000,tpot_ms=50", "--isl", "131072", "--osl", "1000", "--cache-hit-rate", "0.92",
-     "--request-rate", "1"],
+    [
+        "--sla",
+        "ttft_ms=3000,tpot_ms=50",
+        "--isl",
+        "131072",
+        "--osl",
+        "1000",
+        "--cache-hit-rate",
+        "0.92",
+        "--request-rate",
+        "1",
+    ],
 ]
 
 

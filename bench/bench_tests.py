@@ -3,6 +3,7 @@
 Budget: 45 s wall for `make test` (venv already built) on the 2-core CI machine.
 Exits 1 when over budget or when the suite fails. Usage: .venv/bin/python bench/bench_tests.py
 """
+
 from __future__ import annotations
 
 import subprocess

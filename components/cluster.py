@@ -1,4 +1,5 @@
 """The Kubernetes cluster the serving graph lands on, and its namespace."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -6,11 +7,10 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from kimi_k3 import manifests
-from kimi_k3.config import ClusterConfig
-from kimi_k3.graph import ServingGraph
-
-from .kubernetes import register
+from components.kubernetes import register
+from kimi_k3.config.cluster import ClusterConfig
+from kimi_k3.graph.model import ServingGraph
+from kimi_k3.k8s import objects
 
 
 class ClusterArgs:
@@ -41,14 +41,24 @@ class Cluster(pulumi.ComponentResource):
         super().__init__("kimi-k3:cluster:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         if args.cluster.mode == "render":
-            self.provider = k8s.Provider(f"{name}-provider", render_yaml_to_directory=args.cluster.render_dir, opts=child)
+            self.provider = k8s.Provider(
+                f"{name}-provider", render_yaml_to_directory=args.cluster.render_dir, opts=child
+            )
         else:
             context = args.cluster.context if args.cluster.mode == "existing" else None
             # upsert: the model-cache PVC and namespace a `pulumi destroy` left behind (retainOnDelete) are adopted by
             # the next `up` instead of failing AlreadyExists (pulumi-kubernetes await.go Creation).
-            self.provider = k8s.Provider(f"{name}-provider", kubeconfig=args.kubeconfig, context=context,
-                                         upsert_existing_objects=True, opts=child)
+            self.provider = k8s.Provider(
+                f"{name}-provider",
+                kubeconfig=args.kubeconfig,
+                context=context,
+                upsert_existing_objects=True,
+                opts=child,
+            )
         # Retained: deleting a namespace deletes the model-cache PVC inside it.
-        self.namespace = register(f"{name}-namespace", manifests.namespace(args.graph), pulumi.ResourceOptions(
-            parent=self, provider=self.provider, retain_on_delete=True))
+        self.namespace = register(
+            f"{name}-namespace",
+            objects.namespace(args.graph),
+            pulumi.ResourceOptions(parent=self, provider=self.provider, retain_on_delete=True),
+        )
         self.register_outputs({"namespace": self.namespace.metadata["name"]})

@@ -1,4 +1,5 @@
 """Register a plain Kubernetes object dict as its typed pulumi-kubernetes resource."""
+
 from __future__ import annotations
 
 import re

@@ -1,21 +1,30 @@
 """The model cache: the HF token Secret, the RWX volume, and the Job that downloads and verifies weights."""
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
 import pulumi
 
-from kimi_k3 import manifests
-from kimi_k3.graph import ServingGraph
-
-from .kubernetes import register
+from components.kubernetes import register
+from kimi_k3.graph.model import ServingGraph
+from kimi_k3.k8s import model_cache
 
 
 class ModelCacheArgs:
-    def __init__(self, graph: ServingGraph, hf_token: pulumi.Input[str], storage_class: str, size_gi: int,
-                 download_image: str, hub_version: str, fetch_from_hub: bool = True,
-                 wait_for: Sequence[pulumi.Resource] = (), node_selector: Optional[dict[str, str]] = None,
-                 wait_seconds: int = 0):
+    def __init__(
+        self,
+        graph: ServingGraph,
+        hf_token: pulumi.Input[str],
+        storage_class: str,
+        size_gi: int,
+        download_image: str,
+        hub_version: str,
+        fetch_from_hub: bool = True,
+        wait_for: Sequence[pulumi.Resource] = (),
+        node_selector: Optional[dict[str, str]] = None,
+        wait_seconds: int = 0,
+    ):
         """
         :param graph: the serving graph (namespace, model repo, revision, cache path).
         :param hf_token: Hugging Face token, a Pulumi secret; it reaches the cluster only as a Secret.
@@ -55,15 +64,25 @@ class ModelCache(pulumi.ComponentResource):
         super().__init__("kimi-k3:model:ModelCache", name, None, opts)
         g = args.graph
         child = pulumi.ResourceOptions(parent=self, depends_on=args.wait_for)
-        secret = register(f"{name}-hf-token", manifests.hf_token_secret(g, args.hf_token), child)
-        self.volume = register(f"{name}-volume", manifests.model_cache_pvc(g, args.storage_class, args.size_gi),
-                               pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
-                                   retain_on_delete=True,
-                                   # Sized once: a statically bound claim cannot be resized and none can shrink.
-                                   ignore_changes=["spec.resources.requests.storage"])))
-        script = register(f"{name}-verify-script", manifests.verify_script_config_map(g), child)
+        secret = register(f"{name}-hf-token", model_cache.hf_token_secret(g, args.hf_token), child)
+        self.volume = register(
+            f"{name}-volume",
+            model_cache.model_cache_pvc(g, args.storage_class, args.size_gi),
+            pulumi.ResourceOptions.merge(
+                child,
+                pulumi.ResourceOptions(
+                    retain_on_delete=True,
+                    # Sized once: a statically bound claim cannot be resized and none can shrink.
+                    ignore_changes=["spec.resources.requests.storage"],
+                ),
+            ),
+        )
+        script = register(f"{name}-verify-script", model_cache.verify_script_config_map(g), child)
         self.download = register(
-            f"{name}-download", manifests.download_job(g, args.download_image, args.hub_version, args.fetch_from_hub,
-                                   args.node_selector, args.wait_seconds),
-            pulumi.ResourceOptions(parent=self, depends_on=[*args.wait_for, secret, self.volume, script]))
+            f"{name}-download",
+            model_cache.download_job(
+                g, args.download_image, args.hub_version, args.fetch_from_hub, args.node_selector, args.wait_seconds
+            ),
+            pulumi.ResourceOptions(parent=self, depends_on=[*args.wait_for, secret, self.volume, script]),
+        )
         self.register_outputs({"volume": self.volume.metadata["name"], "modelPath": g.model_path})

@@ -1,4 +1,5 @@
 """Monitoring: kube-prometheus-stack (optional), our PodMonitors/ServiceMonitors, alert rules and dashboards."""
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -6,15 +7,22 @@ from typing import Any, Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from kimi_k3 import monitoring
-from kimi_k3.graph import ServingGraph
-
-from .kubernetes import register
+from components.kubernetes import register
+from kimi_k3.graph.model import ServingGraph
+from kimi_k3.k8s import monitoring
 
 
 class MonitoringArgs:
-    def __init__(self, graph: ServingGraph, stack: str, settings: dict[str, Any], alerts: dict[str, Any],
-                 gpu_operator_ns: str, dra_ns: str, wait_for: Sequence[pulumi.Resource] = ()):
+    def __init__(
+        self,
+        graph: ServingGraph,
+        stack: str,
+        settings: dict[str, Any],
+        alerts: dict[str, Any],
+        gpu_operator_ns: str,
+        dra_ns: str,
+        wait_for: Sequence[pulumi.Resource] = (),
+    ):
         """
         :param graph: the serving graph whose roles are monitored.
         :param stack: `install` (kube-prometheus-stack here) or `existing` (a Prometheus Operator already runs).
@@ -43,26 +51,54 @@ class Monitoring(pulumi.ComponentResource):
         deps = list(args.wait_for)
         if args.stack == "install":
             dashboards = {k: {"url": v["url"]} for k, v in sorted(s["dashboards"].items())}
-            release = k8s.helm.v3.Release(f"{name}-stack", name=chart["release"], chart=chart["chart"],
-                                          version=str(chart["version"]), namespace=chart["namespace"],
-                                          create_namespace=True, atomic=True, timeout=900,
-                                          repository_opts={"repo": chart["repo"]},
-                                          values={"grafana": {
-                                              "sidecar": {"dashboards": {"enabled": True, "searchNamespace": "ALL"}},
-                                              "dashboardProviders": {"dashboardproviders.yaml": {
-                                                  "apiVersion": 1, "providers": [{
-                                                      "name": "dynamo", "folder": "Dynamo", "type": "file",
-                                                      "options": {"path": "/var/lib/grafana/dashboards/dynamo"}}]}},
-                                              "dashboards": {"dynamo": dashboards}}},
-                                          opts=pulumi.ResourceOptions(parent=self, depends_on=deps))
+            release = k8s.helm.v3.Release(
+                f"{name}-stack",
+                name=chart["release"],
+                chart=chart["chart"],
+                version=str(chart["version"]),
+                namespace=chart["namespace"],
+                create_namespace=True,
+                atomic=True,
+                timeout=900,
+                repository_opts={"repo": chart["repo"]},
+                values={
+                    "grafana": {
+                        "sidecar": {"dashboards": {"enabled": True, "searchNamespace": "ALL"}},
+                        "dashboardProviders": {
+                            "dashboardproviders.yaml": {
+                                "apiVersion": 1,
+                                "providers": [
+                                    {
+                                        "name": "dynamo",
+                                        "folder": "Dynamo",
+                                        "type": "file",
+                                        "options": {"path": "/var/lib/grafana/dashboards/dynamo"},
+                                    }
+                                ],
+                            }
+                        },
+                        "dashboards": {"dynamo": dashboards},
+                    }
+                },
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+            )
             deps.append(release)
         label = dict(chart["releaseLabel"])
         child = pulumi.ResourceOptions(parent=self, depends_on=deps)
-        objects = [*monitoring.pod_monitors(g, label),
-                   *monitoring.platform_monitors(g, label, args.gpu_operator_ns, args.dra_ns),
-                   monitoring.alert_rules(g, label, a["ttftP95Seconds"], a["itlP95Seconds"], a["maxQueuedRequests"],
-                                          a["maxKvCacheUsagePercent"], args.dra_ns),
-                   monitoring.dashboard_config_map(g, "kimi-k3-overview", monitoring.overview_dashboard(g))]
+        objects = [
+            *monitoring.pod_monitors(g, label),
+            *monitoring.platform_monitors(g, label, args.gpu_operator_ns, args.dra_ns),
+            monitoring.alert_rules(
+                g,
+                label,
+                a["ttftP95Seconds"],
+                a["itlP95Seconds"],
+                a["maxQueuedRequests"],
+                a["maxKvCacheUsagePercent"],
+                args.dra_ns,
+            ),
+            monitoring.dashboard_config_map(g, "kimi-k3-overview", monitoring.overview_dashboard(g)),
+        ]
         for obj in objects:
             register(f"{name}-{obj['metadata']['name'].removeprefix('kimi-k3-')}-{obj['kind'].lower()}", obj, child)
         self.register_outputs({"stack": args.stack, "monitors": [o["metadata"]["name"] for o in objects]})

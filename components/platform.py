@@ -1,4 +1,5 @@
 """Addons: the GPU Operator, EFA device plugin, NVIDIA DRA driver and Dynamo platform as helm releases."""
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -6,13 +7,13 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from kimi_k3.addons import AddonSpec, release_args
+from kimi_k3.k8s.addons import AddonSpec, release_args
 
 
 class AddonsArgs:
     def __init__(self, specs: Sequence[AddonSpec], wait_for: Sequence[pulumi.Resource] = ()):
         """
-        :param specs: every add-on (kimi_k3.addons.addon_specs): chart, pinned version, values, install or assumed.
+        :param specs: every add-on (kimi_k3.k8s.addons.addon_specs): chart, pinned version, values, install or assumed.
         :param wait_for: what every release needs first (in eks mode: the system node group, where controllers run).
         """
         self.specs = list(specs)
@@ -34,6 +35,6 @@ class Addons(pulumi.ComponentResource):
                 continue
             deps = args.wait_for + [self.releases[d] for d in a.depends_on if d in self.releases]
             self.releases[a.key] = k8s.helm.v3.Release(
-                f"{name}-{a.release}", **release_args(a),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=deps))
+                f"{name}-{a.release}", **release_args(a), opts=pulumi.ResourceOptions(parent=self, depends_on=deps)
+            )
         self.register_outputs({k: r.version for k, r in self.releases.items()})

@@ -1,21 +1,23 @@
 """The Kimi K3 DynamoGraphDeployment and the ComputeDomains its multinode workers claim."""
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
 import pulumi
 
-from kimi_k3 import autoscaling, manifests
-from kimi_k3.config import BenchmarkConfig, PreflightConfig
-from kimi_k3.graph import ServingGraph as Graph
-
-from .kubernetes import register
+from components.kubernetes import register
+from kimi_k3.config.serving import BenchmarkConfig, PreflightConfig
+from kimi_k3.graph.model import ServingGraph as Graph
+from kimi_k3.k8s import deployment as manifests
+from kimi_k3.k8s import jobs, node_local
+from kimi_k3.k8s import planner as k8s_planner
 
 
 class SmokeTestArgs:
     def __init__(self, image: str, node_selector: Optional[dict[str, str]] = None):
         """
-        :param image: a pinned Python image to run kimi_k3/smoke.py in (standard library only).
+        :param image: a pinned Python image to run kimi_k3/pods/smoke.py in (standard library only).
         :param node_selector: where the Job runs (the system nodes in eks mode: never a GPU node).
         """
         self.image = image
@@ -25,7 +27,7 @@ class SmokeTestArgs:
 class BenchmarkArgs:
     def __init__(self, config: BenchmarkConfig, node_selector: Optional[dict[str, str]] = None):
         """
-        :param config: `kimi-k3:serving.benchmark` (its image and the workload, kimi_k3/workload.py).
+        :param config: `kimi-k3:serving.benchmark` (its image and the workload, kimi_k3/pods/workload.py).
         :param node_selector: where the Job runs (the system nodes in eks mode: never a GPU node).
         """
         self.config = config
@@ -33,13 +35,21 @@ class BenchmarkArgs:
 
 
 class ServingGraphArgs:
-    def __init__(self, graph: Graph, platform_ready: Sequence[pulumi.Resource],
-                 workers_ready: Sequence[pulumi.Resource], preflight: Optional[PreflightConfig] = None,
-                 nodes_ready: Sequence[pulumi.Resource] = (), gpu_nodes_ready: Sequence[pulumi.Resource] = (),
-                 gpu_node_selector: Optional[dict[str, str]] = None,
-                 smoke_test: Optional[SmokeTestArgs] = None, watch_image: str = "",
-                 node_selector: Optional[dict[str, str]] = None, benchmark: Optional[BenchmarkArgs] = None,
-                 weights_ready: Sequence[pulumi.Resource] = ()):
+    def __init__(
+        self,
+        graph: Graph,
+        platform_ready: Sequence[pulumi.Resource],
+        workers_ready: Sequence[pulumi.Resource],
+        preflight: Optional[PreflightConfig] = None,
+        nodes_ready: Sequence[pulumi.Resource] = (),
+        gpu_nodes_ready: Sequence[pulumi.Resource] = (),
+        gpu_node_selector: Optional[dict[str, str]] = None,
+        smoke_test: Optional[SmokeTestArgs] = None,
+        watch_image: str = "",
+        node_selector: Optional[dict[str, str]] = None,
+        benchmark: Optional[BenchmarkArgs] = None,
+        weights_ready: Sequence[pulumi.Resource] = (),
+    ):
         """
         :param graph: roles, TP, nodes, flags and env of the selected recipe with stack overrides.
         :param platform_ready: what ComputeDomains and the graph need to be accepted (the namespace, the DRA
@@ -84,8 +94,11 @@ class ServingGraph(pulumi.ComponentResource):
         super().__init__("kimi-k3:serving:ServingGraph", name, None, opts)
         g = args.graph
         domains = [
-            register(f"{name}-{key}-compute-domain", manifests.compute_domain(g, key),
-                     pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
+            register(
+                f"{name}-{key}-compute-domain",
+                manifests.compute_domain(g, key),
+                pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
+            )
             for key in g.compute_domains
         ]
         checks = []
@@ -93,67 +106,129 @@ class ServingGraph(pulumi.ComponentResource):
         by_key = dict(zip(g.compute_domains, domains))  # roles handing KV over NVLink share one domain
         multinode = [(r, by_key[r.compute_domain]) for r in g.roles if r.nodes_per_replica > 1]
         if pf is not None and pf.enabled and multinode:
-            script = register(f"{name}-preflight-script", manifests.preflight_script_config_map(g),
-                              pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
+            script = register(
+                f"{name}-preflight-script",
+                jobs.preflight_script_config_map(g),
+                pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
+            )
             for role, domain in multinode:
-                svc = register(f"{name}-{role.key}-preflight-service", manifests.preflight_service(g, role),
-                               pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
+                svc = register(
+                    f"{name}-{role.key}-preflight-service",
+                    jobs.preflight_service(g, role),
+                    pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
+                )
                 # A first-deploy gate: later changes must not re-run it (its pods would wait for GPUs the
                 # running graph holds), so its spec is never diffed; `pulumi up --replace URN` re-runs it.
-                checks.append(register(
-                    f"{name}-{role.key}-preflight", manifests.preflight_job(
-                        g, role, pf.min_bus_bandwidth_gbps, pf.timeout_seconds),
-                    pulumi.ResourceOptions(parent=self, ignore_changes=["spec"],
-                                           depends_on=[*args.platform_ready, *args.nodes_ready, domain, script, svc])))
+                checks.append(
+                    register(
+                        f"{name}-{role.key}-preflight",
+                        jobs.preflight_job(g, role, pf.min_bus_bandwidth_gbps, pf.timeout_seconds),
+                        pulumi.ResourceOptions(
+                            parent=self,
+                            ignore_changes=["spec"],
+                            depends_on=[*args.platform_ready, *args.nodes_ready, domain, script, svc],
+                        ),
+                    )
+                )
         # The runtime image lands on the GPU nodes while they wait for weights and add-ons; pulumi-kubernetes
         # awaits the DaemonSet until its pods are available (provider/pkg/await/daemonset.go, kstatus).
-        self.prepull = register(f"{name}-image-prepull", manifests.image_prepull(g, args.gpu_node_selector),
-                                pulumi.ResourceOptions(parent=self, depends_on=args.gpu_nodes_ready))
+        self.prepull = register(
+            f"{name}-image-prepull",
+            node_local.image_prepull(g, args.gpu_node_selector),
+            pulumi.ResourceOptions(parent=self, depends_on=args.gpu_nodes_ready),
+        )
         planner = []
         if g.autoscaling is not None:  # the SLA planner's config, profile data and API access, before its pod
-            planner = [register(f"{name}-planner-{o['kind'].lower()}-{o['metadata']['name']}", o,
-                                pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready[:1]))
-                       for o in autoscaling.config_maps(g) + autoscaling.rbac(g)]
+            planner = [
+                register(
+                    f"{name}-planner-{o['kind'].lower()}-{o['metadata']['name']}",
+                    o,
+                    pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready[:1]),
+                )
+                for o in k8s_planner.config_maps(g) + k8s_planner.rbac(g)
+            ]
         # Node-local weights: every GPU node copies the verified checkpoint onto its NVMe (each byte over the Local
         # Zone link once, the rest between peers) while the image pulls and the fabric preflight runs; the graph
         # starts when every node holds it (the DaemonSet's rollout, awaited by pulumi-kubernetes).
         local = []
         if g.node_local_weights:
-            script, peers, ds = manifests.weights_prefetch_objects(g, args.watch_image, args.gpu_node_selector)
+            script, peers, ds = node_local.weights_prefetch_objects(g, args.watch_image, args.gpu_node_selector)
             prefetch_deps = [*args.gpu_nodes_ready, *args.weights_ready]
-            parts = [register(f"{name}-weights-prefetch-script", script,
-                              pulumi.ResourceOptions(parent=self, depends_on=prefetch_deps)),
-                     register(f"{name}-weights-peers", peers,
-                              pulumi.ResourceOptions(parent=self, depends_on=prefetch_deps)),
-                     register(f"{name}-weights-peers-policy", manifests.weights_peers_network_policy(g),
-                              pulumi.ResourceOptions(parent=self, depends_on=prefetch_deps))]
-            self.prefetch = register(f"{name}-weights-prefetch", ds, pulumi.ResourceOptions(
-                parent=self, depends_on=[*prefetch_deps, *parts]))
+            parts = [
+                register(
+                    f"{name}-weights-prefetch-script",
+                    script,
+                    pulumi.ResourceOptions(parent=self, depends_on=prefetch_deps),
+                ),
+                register(f"{name}-weights-peers", peers, pulumi.ResourceOptions(parent=self, depends_on=prefetch_deps)),
+                register(
+                    f"{name}-weights-peers-policy",
+                    manifests.weights_peers_network_policy(g),
+                    pulumi.ResourceOptions(parent=self, depends_on=prefetch_deps),
+                ),
+            ]
+            self.prefetch = register(
+                f"{name}-weights-prefetch", ds, pulumi.ResourceOptions(parent=self, depends_on=[*prefetch_deps, *parts])
+            )
             local = [self.prefetch]
-        self.deployment = register(f"{name}-deployment", manifests.graph_deployment(g), pulumi.ResourceOptions(
-            parent=self, depends_on=args.platform_ready + args.workers_ready + domains + checks + [self.prepull]
-            + planner + local))
-        *access, job = manifests.graph_watch_objects(g, args.watch_image, args.node_selector)
-        watch = [register(f"{name}-watch-{o['kind'].lower()}", o, pulumi.ResourceOptions(
-            parent=self, depends_on=args.platform_ready[:1])) for o in access]
+        self.deployment = register(
+            f"{name}-deployment",
+            manifests.graph_deployment(g),
+            pulumi.ResourceOptions(
+                parent=self,
+                depends_on=args.platform_ready
+                + args.workers_ready
+                + domains
+                + checks
+                + [self.prepull]
+                + planner
+                + local,
+            ),
+        )
+        *access, job = jobs.graph_watch_objects(g, args.watch_image, args.node_selector)
+        watch = [
+            register(
+                f"{name}-watch-{o['kind'].lower()}",
+                o,
+                pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready[:1]),
+            )
+            for o in access
+        ]
         # `pulumi up` ends here: when the graph is Ready, or within minutes of a pod that cannot run.
-        self.ready = register(f"{name}-ready", job, pulumi.ResourceOptions(
-            parent=self, depends_on=[self.deployment, *watch]))
+        self.ready = register(
+            f"{name}-ready", job, pulumi.ResourceOptions(parent=self, depends_on=[self.deployment, *watch])
+        )
         if args.smoke_test is not None:
-            smoke_script = register(f"{name}-smoke-script", manifests.smoke_script_config_map(g),
-                                    pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
+            smoke_script = register(
+                f"{name}-smoke-script",
+                jobs.smoke_script_config_map(g),
+                pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
+            )
             # Created only once the graph is Ready (the graph-ready Job), awaited until Complete or Failed.
-            self.smoke = register(f"{name}-smoke-test", manifests.smoke_job(g, args.smoke_test.image,
-                                                                             args.smoke_test.node_selector),
-                                  pulumi.ResourceOptions(parent=self, depends_on=[self.ready, smoke_script]))
+            self.smoke = register(
+                f"{name}-smoke-test",
+                jobs.smoke_job(g, args.smoke_test.image, args.smoke_test.node_selector),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.ready, smoke_script]),
+            )
         if args.benchmark is not None:
             w = args.benchmark.config.to_workload()
-            bench_files = register(f"{name}-benchmark-plan", manifests.benchmark_config_map(g, w),
-                                   pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready))
+            bench_files = register(
+                f"{name}-benchmark-plan",
+                jobs.benchmark_config_map(g, w),
+                pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
+            )
             # After the smoke test (or, without it, the graph-ready Job): load only a graph that serves.
-            self.benchmark = register(f"{name}-benchmark", manifests.benchmark_job(
-                g, w, args.benchmark.config.image, args.benchmark.node_selector), pulumi.ResourceOptions(
-                parent=self, depends_on=[self.smoke or self.ready, bench_files]))
-        self.register_outputs({"name": self.deployment.metadata["name"], "gpus": g.gpus, "nodes": g.nodes,
-                               "smokeTest": self.smoke.metadata["name"] if self.smoke else None,
-                               "benchmark": self.benchmark.metadata["name"] if self.benchmark else None})
+            self.benchmark = register(
+                f"{name}-benchmark",
+                jobs.benchmark_job(g, w, args.benchmark.config.image, args.benchmark.node_selector),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.smoke or self.ready, bench_files]),
+            )
+        self.register_outputs(
+            {
+                "name": self.deployment.metadata["name"],
+                "gpus": g.gpus,
+                "nodes": g.nodes,
+                "smokeTest": self.smoke.metadata["name"] if self.smoke else None,
+                "benchmark": self.benchmark.metadata["name"] if self.benchmark else None,
+            }
+        )

@@ -1,6 +1,7 @@
 """Every output file is written whole or not at all: to a temporary file in the same directory, then renamed over
 the target (os.replace is atomic within one filesystem), so a full disk or an interrupt never leaves an empty or
 half-written manifests.yaml, report or PNG behind, and a previous good file stays until the new one is complete."""
+
 from __future__ import annotations
 
 import os
@@ -40,4 +41,5 @@ def write_text(path: Path | str, text: str) -> Path:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+
     return write_with(path, write)

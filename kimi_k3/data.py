@@ -1,4 +1,5 @@
 """The facts in recipes/*.yaml, read once per process (every module reads them through here)."""
+
 from __future__ import annotations
 
 import copy
@@ -6,8 +7,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import yaml_strict
-from .errors import read_text
+from kimi_k3 import yaml_strict
+from kimi_k3.errors import read_text
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 

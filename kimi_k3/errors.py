@@ -2,6 +2,7 @@
 
 Every command prints it as one line (`kimi-k3 <command>: <message>`) and exits 2; `__main__.py` turns it into a
 `pulumi.RunError` before anything is registered. No dependencies: importable before anything else."""
+
 from __future__ import annotations
 
 import difflib

@@ -75,7 +75,7 @@ def flag_values(tokens: Sequence[str], flag: str) -> list[Optional[str]]:
             nxt = tokens[i + 1] if i + 1 < len(tokens) else None
             values.append(None if nxt is None or nxt.startswith("--") else nxt)
         elif tok.startswith(flag + "="):
-            values.append(tok[len(flag) + 1:])
+            values.append(tok[len(flag) + 1 :])
     return values
 
 
@@ -94,7 +94,7 @@ def dotted_values(tokens: Sequence[str], prefix: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for i, tok in enumerate(tokens):
         if tok.startswith(prefix + ".") and i + 1 < len(tokens):
-            out[tok[len(prefix) + 1:]] = tokens[i + 1]
+            out[tok[len(prefix) + 1 :]] = tokens[i + 1]
     return out
 
 
@@ -120,7 +120,8 @@ def container_env(container: Mapping) -> dict[str, Optional[str]]:
             env[entry["name"]] = None if "valueFrom" in entry else ""
             continue
         env[entry["name"]] = _KUBE_REF.sub(
-            lambda m: env[m.group(1)] if env.get(m.group(1)) is not None else m.group(0), str(value))
+            lambda m: env[m.group(1)] if env.get(m.group(1)) is not None else m.group(0), str(value)
+        )
     return env
 
 

@@ -7,21 +7,22 @@ as strings, `kind: 5` are reported with their JSON path instead of crashing or p
 This is a structural subset, not the whole schema: the fields the rules in policies/rules/ read, typed as the
 Kubernetes 1.34 OpenAPI (core/v1 PodSpec, Container, EnvVar, ...; kubernetes-validate's bundled JSON schemas) and
 the upstream Dynamo CRD (nvidia.com/v1beta1 DynamoGraphDeployment) type them. Unknown fields are allowed (the full
-schemas with strict field validation stay the job of the API server and tests/test_schemas.py); a null value
-counts as absent, as the API server drops it. tests/test_check_property.py checks every type declared here
+schemas with strict field validation stay the job of the API server and tests/stacks/test_schemas.py); a null value
+counts as absent, as the API server drops it. tests/stacks/test_check_property.py checks every type declared here
 against those schemas, so this subset cannot drift from them unnoticed.
 """
+
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Optional
 
 
 @dataclass(frozen=True)
 class Problem:
-    path: str     # JSON path inside the document, e.g. spec.components[1].podTemplate.spec.containers[0].env
+    path: str  # JSON path inside the document, e.g. spec.components[1].podTemplate.spec.containers[0].env
     message: str  # what was found and what is allowed
 
     def __str__(self) -> str:
@@ -38,7 +39,7 @@ class T:
     fields: Optional[Mapping[str, "T"]] = None
     required: tuple[str, ...] = ()
     pattern: Optional[str] = None  # for str: a regex the value must match (fullmatch)
-    allowed: str = ""              # for str with a pattern: what is allowed, in words
+    allowed: str = ""  # for str with a pattern: what is allowed, in words
 
 
 STR, INT, BOOL = T("str"), T("int"), T("bool")
@@ -63,97 +64,203 @@ def OBJ(fields: Mapping[str, T], required: tuple[str, ...] = ()) -> T:
 SELECTOR_REQUIREMENT = OBJ({"key": STR, "operator": STR, "values": LIST(STR)}, ("key", "operator"))
 LABEL_SELECTOR = OBJ({"matchLabels": MAP(STR), "matchExpressions": LIST(SELECTOR_REQUIREMENT)})
 NODE_SELECTOR_TERM = OBJ({"matchExpressions": LIST(SELECTOR_REQUIREMENT), "matchFields": LIST(SELECTOR_REQUIREMENT)})
-POD_AFFINITY_TERM = OBJ({"topologyKey": STR, "labelSelector": LABEL_SELECTOR, "namespaces": LIST(STR)},
-                        ("topologyKey",))
+POD_AFFINITY_TERM = OBJ(
+    {"topologyKey": STR, "labelSelector": LABEL_SELECTOR, "namespaces": LIST(STR)}, ("topologyKey",)
+)
 WEIGHTED_POD_AFFINITY_TERM = OBJ({"weight": INT, "podAffinityTerm": POD_AFFINITY_TERM}, ("weight", "podAffinityTerm"))
-POD_AFFINITY = OBJ({"requiredDuringSchedulingIgnoredDuringExecution": LIST(POD_AFFINITY_TERM),
-                    "preferredDuringSchedulingIgnoredDuringExecution": LIST(WEIGHTED_POD_AFFINITY_TERM)})
-AFFINITY = OBJ({
-    "nodeAffinity": OBJ({
-        "requiredDuringSchedulingIgnoredDuringExecution": OBJ({"nodeSelectorTerms": LIST(NODE_SELECTOR_TERM)},
-                                                              ("nodeSelectorTerms",)),
-        "preferredDuringSchedulingIgnoredDuringExecution": LIST(OBJ({"weight": INT, "preference": NODE_SELECTOR_TERM},
-                                                                    ("weight", "preference"))),
-    }),
-    "podAffinity": POD_AFFINITY,
-    "podAntiAffinity": POD_AFFINITY,
-})
+POD_AFFINITY = OBJ(
+    {
+        "requiredDuringSchedulingIgnoredDuringExecution": LIST(POD_AFFINITY_TERM),
+        "preferredDuringSchedulingIgnoredDuringExecution": LIST(WEIGHTED_POD_AFFINITY_TERM),
+    }
+)
+AFFINITY = OBJ(
+    {
+        "nodeAffinity": OBJ(
+            {
+                "requiredDuringSchedulingIgnoredDuringExecution": OBJ(
+                    {"nodeSelectorTerms": LIST(NODE_SELECTOR_TERM)}, ("nodeSelectorTerms",)
+                ),
+                "preferredDuringSchedulingIgnoredDuringExecution": LIST(
+                    OBJ({"weight": INT, "preference": NODE_SELECTOR_TERM}, ("weight", "preference"))
+                ),
+            }
+        ),
+        "podAffinity": POD_AFFINITY,
+        "podAntiAffinity": POD_AFFINITY,
+    }
+)
 KEY_REF = OBJ({"name": STR, "key": STR, "optional": BOOL}, ("key",))
-ENV_VAR = OBJ({"name": STR, "value": STR,
-               "valueFrom": OBJ({"secretKeyRef": KEY_REF, "configMapKeyRef": KEY_REF,
-                                 "fieldRef": OBJ({"fieldPath": STR, "apiVersion": STR}, ("fieldPath",)),
-                                 "resourceFieldRef": OBJ({"resource": STR, "containerName": STR}, ("resource",))})},
-              ("name",))
-ENV_FROM = OBJ({"prefix": STR, "configMapRef": OBJ({"name": STR, "optional": BOOL}),
-                "secretRef": OBJ({"name": STR, "optional": BOOL})})
-PROBE = OBJ({"initialDelaySeconds": INT, "periodSeconds": INT, "failureThreshold": INT, "timeoutSeconds": INT,
-             "successThreshold": INT, "exec": OBJ({"command": LIST(STR)}),
-             "httpGet": OBJ({"path": STR, "port": INT_OR_STR}, ("port",)),
-             "tcpSocket": OBJ({"port": INT_OR_STR}, ("port",))})
-CONTAINER = OBJ({
-    "name": STR, "image": STR, "command": LIST(STR), "args": LIST(STR), "workingDir": STR,
-    "env": LIST(ENV_VAR), "envFrom": LIST(ENV_FROM),
-    "volumeMounts": LIST(OBJ({"name": STR, "mountPath": STR, "readOnly": BOOL, "subPath": STR},
-                             ("name", "mountPath"))),
-    "resources": OBJ({"limits": MAP(QUANTITY), "requests": MAP(QUANTITY),
-                      "claims": LIST(OBJ({"name": STR, "request": STR}, ("name",)))}),
-    "securityContext": OBJ({"privileged": BOOL, "runAsUser": INT, "runAsGroup": INT, "runAsNonRoot": BOOL,
-                            "allowPrivilegeEscalation": BOOL, "readOnlyRootFilesystem": BOOL}),
-    "startupProbe": PROBE, "readinessProbe": PROBE, "livenessProbe": PROBE,
-    "ports": LIST(OBJ({"containerPort": INT, "name": STR, "protocol": STR}, ("containerPort",))),
-}, ("name",))
-VOLUME = OBJ({
-    "name": STR,
-    "persistentVolumeClaim": OBJ({"claimName": STR, "readOnly": BOOL}, ("claimName",)),
-    "hostPath": OBJ({"path": STR, "type": STR}, ("path",)),
-    "emptyDir": OBJ({"medium": STR, "sizeLimit": QUANTITY}),
-    "configMap": OBJ({"name": STR, "defaultMode": INT}),
-    "secret": OBJ({"secretName": STR, "defaultMode": INT}),
-}, ("name",))
-POD_SPEC = OBJ({
-    "containers": LIST(CONTAINER), "initContainers": LIST(CONTAINER), "volumes": LIST(VOLUME),
-    "nodeSelector": MAP(STR), "affinity": AFFINITY,
-    "tolerations": LIST(OBJ({"key": STR, "operator": STR, "value": STR, "effect": STR})),
-    "resourceClaims": LIST(OBJ({"name": STR, "resourceClaimName": STR, "resourceClaimTemplateName": STR},
-                               ("name",))),
-    "securityContext": OBJ({"runAsUser": INT, "runAsGroup": INT, "fsGroup": INT, "runAsNonRoot": BOOL}),
-    "serviceAccountName": STR, "restartPolicy": STR, "hostNetwork": BOOL,
-})
+ENV_VAR = OBJ(
+    {
+        "name": STR,
+        "value": STR,
+        "valueFrom": OBJ(
+            {
+                "secretKeyRef": KEY_REF,
+                "configMapKeyRef": KEY_REF,
+                "fieldRef": OBJ({"fieldPath": STR, "apiVersion": STR}, ("fieldPath",)),
+                "resourceFieldRef": OBJ({"resource": STR, "containerName": STR}, ("resource",)),
+            }
+        ),
+    },
+    ("name",),
+)
+ENV_FROM = OBJ(
+    {
+        "prefix": STR,
+        "configMapRef": OBJ({"name": STR, "optional": BOOL}),
+        "secretRef": OBJ({"name": STR, "optional": BOOL}),
+    }
+)
+PROBE = OBJ(
+    {
+        "initialDelaySeconds": INT,
+        "periodSeconds": INT,
+        "failureThreshold": INT,
+        "timeoutSeconds": INT,
+        "successThreshold": INT,
+        "exec": OBJ({"command": LIST(STR)}),
+        "httpGet": OBJ({"path": STR, "port": INT_OR_STR}, ("port",)),
+        "tcpSocket": OBJ({"port": INT_OR_STR}, ("port",)),
+    }
+)
+CONTAINER = OBJ(
+    {
+        "name": STR,
+        "image": STR,
+        "command": LIST(STR),
+        "args": LIST(STR),
+        "workingDir": STR,
+        "env": LIST(ENV_VAR),
+        "envFrom": LIST(ENV_FROM),
+        "volumeMounts": LIST(
+            OBJ({"name": STR, "mountPath": STR, "readOnly": BOOL, "subPath": STR}, ("name", "mountPath"))
+        ),
+        "resources": OBJ(
+            {
+                "limits": MAP(QUANTITY),
+                "requests": MAP(QUANTITY),
+                "claims": LIST(OBJ({"name": STR, "request": STR}, ("name",))),
+            }
+        ),
+        "securityContext": OBJ(
+            {
+                "privileged": BOOL,
+                "runAsUser": INT,
+                "runAsGroup": INT,
+                "runAsNonRoot": BOOL,
+                "allowPrivilegeEscalation": BOOL,
+                "readOnlyRootFilesystem": BOOL,
+            }
+        ),
+        "startupProbe": PROBE,
+        "readinessProbe": PROBE,
+        "livenessProbe": PROBE,
+        "ports": LIST(OBJ({"containerPort": INT, "name": STR, "protocol": STR}, ("containerPort",))),
+    },
+    ("name",),
+)
+VOLUME = OBJ(
+    {
+        "name": STR,
+        "persistentVolumeClaim": OBJ({"claimName": STR, "readOnly": BOOL}, ("claimName",)),
+        "hostPath": OBJ({"path": STR, "type": STR}, ("path",)),
+        "emptyDir": OBJ({"medium": STR, "sizeLimit": QUANTITY}),
+        "configMap": OBJ({"name": STR, "defaultMode": INT}),
+        "secret": OBJ({"secretName": STR, "defaultMode": INT}),
+    },
+    ("name",),
+)
+POD_SPEC = OBJ(
+    {
+        "containers": LIST(CONTAINER),
+        "initContainers": LIST(CONTAINER),
+        "volumes": LIST(VOLUME),
+        "nodeSelector": MAP(STR),
+        "affinity": AFFINITY,
+        "tolerations": LIST(OBJ({"key": STR, "operator": STR, "value": STR, "effect": STR})),
+        "resourceClaims": LIST(
+            OBJ({"name": STR, "resourceClaimName": STR, "resourceClaimTemplateName": STR}, ("name",))
+        ),
+        "securityContext": OBJ({"runAsUser": INT, "runAsGroup": INT, "fsGroup": INT, "runAsNonRoot": BOOL}),
+        "serviceAccountName": STR,
+        "restartPolicy": STR,
+        "hostNetwork": BOOL,
+    }
+)
 # Pod spec's `containers` is required by the API server; in a template of a Dynamo component the operator adds the
 # main container's defaults, so only workload kinds require it (below).
 POD_SPEC_REQUIRED = T("object", fields=POD_SPEC.fields, required=("containers",))
 METADATA = OBJ({"name": STR, "generateName": STR, "namespace": STR, "labels": MAP(STR), "annotations": MAP(STR)})
 POD_TEMPLATE = OBJ({"metadata": METADATA, "spec": POD_SPEC_REQUIRED})
-JOB_SPEC = OBJ({"template": POD_TEMPLATE, "activeDeadlineSeconds": INT, "backoffLimit": INT,
-                "ttlSecondsAfterFinished": INT, "completions": INT, "parallelism": INT}, ("template",))
+JOB_SPEC = OBJ(
+    {
+        "template": POD_TEMPLATE,
+        "activeDeadlineSeconds": INT,
+        "backoffLimit": INT,
+        "ttlSecondsAfterFinished": INT,
+        "completions": INT,
+        "parallelism": INT,
+    },
+    ("template",),
+)
 WORKLOAD_SPEC = OBJ({"template": POD_TEMPLATE, "replicas": INT, "selector": LABEL_SELECTOR}, ("template",))
 DAEMON_SET_SPEC = OBJ({"template": POD_TEMPLATE, "selector": LABEL_SELECTOR}, ("template",))
 REPLICA_SET_SPEC = OBJ({"template": POD_TEMPLATE, "replicas": INT, "selector": LABEL_SELECTOR})
 
 # ------------------------------------------------------------------------------------------------ custom resources
 # nvidia.com/v1beta1 DynamoGraphDeployment, as the upstream CRD types it (reference/dynamo/crds).
-DGD_COMPONENT = OBJ({
-    "name": STR, "type": STR, "replicas": INT, "minAvailable": INT, "runtimeVersionOverride": STR,
-    "sharedMemorySize": INT_OR_STR, "multinode": OBJ({"nodeCount": INT}),
-    "podTemplate": OBJ({"metadata": OBJ({"name": STR, "namespace": STR, "labels": MAP(STR),
-                                         "annotations": MAP(STR)}), "spec": POD_SPEC}),
-    "scalingAdapter": OBJ({}), "modelRef": OBJ({}),
-}, ("name",))
+DGD_COMPONENT = OBJ(
+    {
+        "name": STR,
+        "type": STR,
+        "replicas": INT,
+        "minAvailable": INT,
+        "runtimeVersionOverride": STR,
+        "sharedMemorySize": INT_OR_STR,
+        "multinode": OBJ({"nodeCount": INT}),
+        "podTemplate": OBJ(
+            {
+                "metadata": OBJ({"name": STR, "namespace": STR, "labels": MAP(STR), "annotations": MAP(STR)}),
+                "spec": POD_SPEC,
+            }
+        ),
+        "scalingAdapter": OBJ({}),
+        "modelRef": OBJ({}),
+    },
+    ("name",),
+)
 # resource.nvidia.com/v1beta1 ComputeDomain (reference/dra).
-COMPUTE_DOMAIN_SPEC = OBJ({"numNodes": INT, "channel": OBJ({"resourceClaimTemplate": OBJ({"name": STR}, ("name",)),
-                                                            "allocationMode": STR})})
+COMPUTE_DOMAIN_SPEC = OBJ(
+    {"numNodes": INT, "channel": OBJ({"resourceClaimTemplate": OBJ({"name": STR}, ("name",)), "allocationMode": STR})}
+)
 
 SPECS: dict[str, T] = {
     "Pod": POD_SPEC_REQUIRED,
     "Job": JOB_SPEC,
-    "Deployment": WORKLOAD_SPEC, "StatefulSet": WORKLOAD_SPEC, "DaemonSet": DAEMON_SET_SPEC,
+    "Deployment": WORKLOAD_SPEC,
+    "StatefulSet": WORKLOAD_SPEC,
+    "DaemonSet": DAEMON_SET_SPEC,
     "ReplicaSet": REPLICA_SET_SPEC,
     "CronJob": OBJ({"jobTemplate": OBJ({"spec": JOB_SPEC}), "schedule": STR}, ("jobTemplate",)),
-    "PersistentVolumeClaim": OBJ({"accessModes": LIST(STR), "storageClassName": STR, "volumeName": STR,
-                                  "resources": OBJ({"requests": MAP(QUANTITY), "limits": MAP(QUANTITY)})}),
-    "PersistentVolume": OBJ({"accessModes": LIST(STR), "storageClassName": STR, "capacity": MAP(QUANTITY),
-                             "persistentVolumeReclaimPolicy": STR,
-                             "claimRef": OBJ({"name": STR, "namespace": STR})}),
+    "PersistentVolumeClaim": OBJ(
+        {
+            "accessModes": LIST(STR),
+            "storageClassName": STR,
+            "volumeName": STR,
+            "resources": OBJ({"requests": MAP(QUANTITY), "limits": MAP(QUANTITY)}),
+        }
+    ),
+    "PersistentVolume": OBJ(
+        {
+            "accessModes": LIST(STR),
+            "storageClassName": STR,
+            "capacity": MAP(QUANTITY),
+            "persistentVolumeReclaimPolicy": STR,
+            "claimRef": OBJ({"name": STR, "namespace": STR}),
+        }
+    ),
     "DynamoGraphDeployment": OBJ({"components": LIST(DGD_COMPONENT), "env": LIST(ENV_VAR)}),
     "ComputeDomain": COMPUTE_DOMAIN_SPEC,
 }
@@ -162,12 +269,25 @@ SPECS: dict[str, T] = {
 API_VERSION = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?"
 KIND = r"[A-Z][A-Za-z0-9]*"
 # A document's top level: what every object must have, whatever its kind.
-TOP = OBJ({"apiVersion": T("str", pattern=API_VERSION, allowed="group/version, e.g. v1, batch/v1, nvidia.com/v1beta1"),
-           "kind": T("str", pattern=KIND, allowed="a CamelCase kind, e.g. Job, DynamoGraphDeployment"),
-           "metadata": METADATA}, ("apiVersion", "kind", "metadata"))
+TOP = OBJ(
+    {
+        "apiVersion": T("str", pattern=API_VERSION, allowed="group/version, e.g. v1, batch/v1, nvidia.com/v1beta1"),
+        "kind": T("str", pattern=KIND, allowed="a CamelCase kind, e.g. Job, DynamoGraphDeployment"),
+        "metadata": METADATA,
+    },
+    ("apiVersion", "kind", "metadata"),
+)
 
-_NAMES = {"str": "a string", "int": "a whole number", "bool": "true or false", "quantity": "a quantity (4, 200Gi)",
-          "int_or_str": "a whole number or a string", "list": "a list", "map": "a mapping", "object": "a mapping"}
+_NAMES = {
+    "str": "a string",
+    "int": "a whole number",
+    "bool": "true or false",
+    "quantity": "a quantity (4, 200Gi)",
+    "int_or_str": "a whole number or a string",
+    "list": "a list",
+    "map": "a mapping",
+    "object": "a mapping",
+}
 
 
 def _whole(value: Any) -> bool:
@@ -181,10 +301,23 @@ def _is_list(value: Any) -> bool:
 
 def found(value: Any) -> str:
     """What a value is, for a message; short (a long value is cut)."""
-    kind = ("null" if value is None else "a boolean" if isinstance(value, bool) else
-            "a whole number" if isinstance(value, int) else "a number" if isinstance(value, float) else
-            "a string" if isinstance(value, str) else "a list" if _is_list(value) else
-            "a mapping" if isinstance(value, Mapping) else type(value).__name__)
+    kind = (
+        "null"
+        if value is None
+        else "a boolean"
+        if isinstance(value, bool)
+        else "a whole number"
+        if isinstance(value, int)
+        else "a number"
+        if isinstance(value, float)
+        else "a string"
+        if isinstance(value, str)
+        else "a list"
+        if _is_list(value)
+        else "a mapping"
+        if isinstance(value, Mapping)
+        else type(value).__name__
+    )
     try:  # the policy pack's values are read-only proxies: show their contents
         shown = dict(value) if isinstance(value, Mapping) else list(value) if _is_list(value) else value
     except Exception:  # noqa: BLE001 - a value that cannot be read (unknown during preview) is shown by its kind
@@ -203,8 +336,11 @@ def _join(path: str, key: Any) -> str:
 
 def _allowed(t: T) -> str:
     if t.kind == "list":
-        return f"a list of {_allowed(t.item)}" if t.item.kind != "object" else \
-            "a list of " + _allowed(t.item).replace("a mapping", "mappings", 1)
+        return (
+            f"a list of {_allowed(t.item)}"
+            if t.item.kind != "object"
+            else "a list of " + _allowed(t.item).replace("a mapping", "mappings", 1)
+        )
     if t.kind == "map":
         return f"a mapping of name -> {_allowed(t.item)}"
     if t.kind == "object" and t.fields:
@@ -215,10 +351,16 @@ def _allowed(t: T) -> str:
 def _check(value: Any, t: T, path: str, out: list[Problem]) -> None:
     if value is None:  # null is absent; required fields are checked by the parent
         return
-    ok = {"str": isinstance(value, str), "int": _whole(value), "bool": isinstance(value, bool),
-          "quantity": isinstance(value, (str, int, float)) and not isinstance(value, bool),
-          "int_or_str": isinstance(value, str) or _whole(value),
-          "list": _is_list(value), "map": isinstance(value, Mapping), "object": isinstance(value, Mapping)}[t.kind]
+    ok = {
+        "str": isinstance(value, str),
+        "int": _whole(value),
+        "bool": isinstance(value, bool),
+        "quantity": isinstance(value, (str, int, float)) and not isinstance(value, bool),
+        "int_or_str": isinstance(value, str) or _whole(value),
+        "list": _is_list(value),
+        "map": isinstance(value, Mapping),
+        "object": isinstance(value, Mapping),
+    }[t.kind]
     if not ok:
         out.append(Problem(path, f"{found(value)}; allowed: {_allowed(t)}"))
         return
@@ -247,8 +389,9 @@ def _check(value: Any, t: T, path: str, out: list[Problem]) -> None:
 def problems(doc: Any) -> list[Problem]:
     """Every shape problem of one YAML document, as (JSON path, message); [] for a well-formed object."""
     if not isinstance(doc, Mapping):
-        return [Problem("", f"{found(doc)}; allowed: a Kubernetes object (a mapping with apiVersion, kind and "
-                            "metadata)")]
+        return [
+            Problem("", f"{found(doc)}; allowed: a Kubernetes object (a mapping with apiVersion, kind and metadata)")
+        ]
     out: list[Problem] = []
     _check(doc, TOP, "", out)
     if out:  # without a valid kind nothing below can be typed
@@ -275,11 +418,24 @@ def check_type(value: Any, t: T, path: str = "") -> list[Problem]:
 
 
 # ------------------------------------------------------------------------------------------------ Pulumi records
-# What kimi_k3.replacement and the upgrade rules read of a resource: a `kimi-k3 render` resources.json record and a
+# What kimi_k3.offline.replacement and the upgrade rules read of a resource: a `kimi-k3 render` resources.json record and a
 # resource of `pulumi stack export` (checkpoint version 3, pulumi/pulumi sdk/go/common/apitype/core.go ResourceV3).
-_RECORD_FIELDS = {"urn": STR, "type": STR, "name": STR, "parent": STR, "provider": STR, "dependsOn": LIST(STR),
-                  "protect": BOOL, "retainOnDelete": BOOL, "ignoreChanges": LIST(STR),
-                  "replaceOnChanges": LIST(STR), "deleteBeforeReplace": BOOL, "inputs": OBJ({})}
+_RECORD_FIELDS = {
+    "urn": STR,
+    "type": STR,
+    "name": STR,
+    "parent": STR,
+    "provider": STR,
+    "dependsOn": LIST(STR),
+    "protect": BOOL,
+    "retainOnDelete": BOOL,
+    "ignoreChanges": LIST(STR),
+    "replaceOnChanges": LIST(STR),
+    "deleteBeforeReplace": BOOL,
+    "inputs": OBJ({}),
+}
 RENDER_RESOURCES = OBJ({"resources": LIST(OBJ(_RECORD_FIELDS, ("urn", "type", "name")))}, ("resources",))
-STATE_EXPORT = OBJ({"deployment": OBJ({"resources": LIST(OBJ({**_RECORD_FIELDS, "outputs": OBJ({})},
-                                                               ("urn", "type")))})}, ("deployment",))
+STATE_EXPORT = OBJ(
+    {"deployment": OBJ({"resources": LIST(OBJ({**_RECORD_FIELDS, "outputs": OBJ({})}, ("urn", "type")))})},
+    ("deployment",),
+)

@@ -13,6 +13,7 @@ differs where it matters for a stack file; this loader follows yaml.v3 v3.0.1 (g
   `2026-10-01 00:00:00 +0000 UTC`, not as the date the user typed.
 Errors are UserErrors naming the file, the line and the key.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -23,14 +24,15 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from .errors import UserError, shown, yaml_error_message
+from kimi_k3.errors import UserError, shown, yaml_error_message
 
 STR, INT, FLOAT, BOOL, NULL = ("tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null"))
 TIMESTAMP, MERGE = "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:merge"
 
 # yaml.v3 resolve.go resolveMapList: the only plain scalars that are not text or numbers.
 _MAP: dict[str, tuple[str, Any]] = {
-    **{s: (BOOL, True) for s in ("true", "True", "TRUE")}, **{s: (BOOL, False) for s in ("false", "False", "FALSE")},
+    **{s: (BOOL, True) for s in ("true", "True", "TRUE")},
+    **{s: (BOOL, False) for s in ("false", "False", "FALSE")},
     **{s: (NULL, None) for s in ("", "~", "null", "Null", "NULL")},
     **{s: (FLOAT, math.nan) for s in (".nan", ".NaN", ".NAN")},
     **{s: (FLOAT, math.inf) for s in (".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF")},
@@ -39,9 +41,11 @@ _MAP: dict[str, tuple[str, Any]] = {
 }
 _YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")  # resolve.go yamlStyleFloat
 _GO_INT = re.compile(r"^[-+]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)$")  # ParseInt base 0
-_TIMESTAMP = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:(?:[Tt]| )(\d{1,2}):(\d{1,2}):(\d{1,2})(\.\d+)?"
-                        r"(Z|[-+]\d{2}:\d{2})?)?$")  # resolve.go allowedTimestampFormats
-INT64 = (-2**63, 2**63 - 1)
+_TIMESTAMP = re.compile(
+    r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:(?:[Tt]| )(\d{1,2}):(\d{1,2}):(\d{1,2})(\.\d+)?"
+    r"(Z|[-+]\d{2}:\d{2})?)?$"
+)  # resolve.go allowedTimestampFormats
+INT64 = (-(2**63), 2**63 - 1)
 UINT64_MAX = 2**64 - 1
 
 
@@ -51,8 +55,9 @@ def _go_int(text: str) -> int | None:
         return None
     sign, digits = (-1, text[1:]) if text[0] == "-" else (1, text.lstrip("+"))
     base = {"0x": 16, "0X": 16, "0o": 8, "0O": 8, "0b": 2, "0B": 2}.get(digits[:2])
-    value = sign * (int(digits[2:], base) if base else int(digits, 8) if digits[:1] == "0" and len(digits) > 1
-                    else int(digits))
+    value = sign * (
+        int(digits[2:], base) if base else int(digits, 8) if digits[:1] == "0" and len(digits) > 1 else int(digits)
+    )
     if INT64[0] <= value <= INT64[1] or (0 <= value <= UINT64_MAX and text[0] != "+"):
         return value
     return None
@@ -70,7 +75,9 @@ def _timestamp(text: str) -> str | None:
         return None
     frac = (frac or "").rstrip("0").rstrip(".")
     offset = "+0000 UTC" if zone in (None, "Z") else f"{zone.replace(':', '')} {zone.replace(':', '')}"
-    return f"{int(y):04d}-{int(mo):02d}-{int(d):02d} {int(h or 0):02d}:{int(mi or 0):02d}:{int(s or 0):02d}{frac} {offset}"
+    return (
+        f"{int(y):04d}-{int(mo):02d}-{int(d):02d} {int(h or 0):02d}:{int(mi or 0):02d}:{int(s or 0):02d}{frac} {offset}"
+    )
 
 
 def resolve_plain(text: str) -> tuple[str, Any]:
@@ -94,7 +101,7 @@ def resolve_plain(text: str) -> tuple[str, Any]:
         for prefix, base in (("0b", 2), ("-0b", 2), ("0o", 8), ("-0o", 8)):
             if plain.startswith(prefix):
                 try:
-                    return INT, int(("-" if prefix[0] == "-" else "") + plain[len(prefix):], base)
+                    return INT, int(("-" if prefix[0] == "-" else "") + plain[len(prefix) :], base)
                 except ValueError:
                     break
     return STR, text
@@ -124,7 +131,8 @@ class _Constructor(yaml.constructor.SafeConstructor):
                     raise UserError(
                         f"{self.label} line {line}: key {shown(key_node.value)} is already defined at line "
                         f"{seen[key_node.value]}; Pulumi's YAML parser (gopkg.in/yaml.v3) refuses a key twice in one "
-                        "mapping; allowed: each key once (merge the two blocks)")
+                        "mapping; allowed: each key once (merge the two blocks)"
+                    )
                 seen[key_node.value] = line
         return super().construct_mapping(node, deep=deep)
 
@@ -153,12 +161,19 @@ def check_aliases(root, label: str) -> None:
         if id(node) in size:
             return size[id(node)]
         if id(node) in on_path:
-            raise UserError(f"{label} line {node.start_mark.line + 1}: an anchor's value contains an alias of itself; "
-                            "allowed: aliases of finished values (Pulumi's YAML parser refuses this too)")
+            raise UserError(
+                f"{label} line {node.start_mark.line + 1}: an anchor's value contains an alias of itself; "
+                "allowed: aliases of finished values (Pulumi's YAML parser refuses this too)"
+            )
         on_path.add(id(node))
         distinct.add(id(node))
-        children = [n for pair in node.value for n in pair] if isinstance(node, MappingNode) else \
-            node.value if isinstance(node, SequenceNode) else []
+        children = (
+            [n for pair in node.value for n in pair]
+            if isinstance(node, MappingNode)
+            else node.value
+            if isinstance(node, SequenceNode)
+            else []
+        )
         total = 1 + sum(expanded(child) for child in children)
         on_path.discard(id(node))
         size[id(node)] = total
@@ -167,15 +182,20 @@ def check_aliases(root, label: str) -> None:
     total = expanded(root)
     aliased = total - len(distinct)
     if aliased > 100 and total > 1000 and aliased / total > allowed_alias_ratio(total):
-        raise UserError(f"{label}: aliases expand to {total:,} values from {len(distinct):,} written; allowed: at most "
-                        f"{allowed_alias_ratio(total):.0%} of a document from aliases (gopkg.in/yaml.v3, which "
-                        "Pulumi reads stack files with, refuses it as 'excessive aliasing')")
+        raise UserError(
+            f"{label}: aliases expand to {total:,} values from {len(distinct):,} written; allowed: at most "
+            f"{allowed_alias_ratio(total):.0%} of a document from aliases (gopkg.in/yaml.v3, which "
+            "Pulumi reads stack files with, refuses it as 'excessive aliasing')"
+        )
 
 
 def _loader_class():
     parser = getattr(yaml, "CParser", None)  # libyaml: recipes/perf-raw.yaml is ~100 KB
-    bases = (parser,) if parser is not None else (yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
-                                                  yaml.composer.Composer)
+    bases = (
+        (parser,)
+        if parser is not None
+        else (yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, yaml.composer.Composer)
+    )
 
     class StrictLoader(*bases, _Constructor, _Resolver):
         def __init__(self, stream):
@@ -208,6 +228,8 @@ def load(text: str, label: str) -> Any:
     except yaml.YAMLError as exc:
         raise UserError(yaml_error_message(label, exc)) from None
     except RecursionError:
-        raise UserError(f"{label}: nested too deeply to read; allowed: a stack or recipe file of ordinary depth") from None
+        raise UserError(
+            f"{label}: nested too deeply to read; allowed: a stack or recipe file of ordinary depth"
+        ) from None
     finally:
         loader.dispose()

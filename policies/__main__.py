@@ -16,17 +16,20 @@ from pulumi_policy import (
 )
 
 from policies import rules
+from policies.rules import base
 
 
-def _guarded(rule: rules.Rule, target: str, validate, report_violation) -> None:
+def _guarded(rule: base.Rule, target: str, validate, report_violation) -> None:
     # rules.evaluate already turns a rule that raises into a violation; this covers the adapters around it
     try:
         validate()
     except Exception as exc:  # noqa: BLE001 - the pack reports, never crashes the analyzer
         if type(exc).__name__ in ("_NotApplicableError", "UnknownValueError"):  # pulumi_policy's own control flow
             raise
-        report_violation(f"{target}: rule {rule.name} could not evaluate this resource ({type(exc).__name__}: "
-                         f"{str(exc)[:200]})", None)
+        report_violation(
+            f"{target}: rule {rule.name} could not evaluate this resource ({type(exc).__name__}: {str(exc)[:200]})",
+            None,
+        )
 
 
 def _report(violations, skipped, args, report_violation) -> None:
@@ -36,35 +39,41 @@ def _report(violations, skipped, args, report_violation) -> None:
         args.not_applicable("; ".join(f"{s.target}: {s.reason}" for s in skipped))
 
 
-def _resource_validator(rule: rules.Rule):
+def _resource_validator(rule: base.Rule):
     def validate(args: ResourceValidationArgs, report_violation) -> None:
-        obj = rules.object_from_resource(args.resource_type, args.props, args.name)
+        obj = base.object_from_resource(args.resource_type, args.props, args.name)
         if obj is None:
             args.not_applicable("not a Kubernetes resource")
 
         def run() -> None:
-            info = rules.resource_info(args.resource_type, args.name, args.props, args.opts.protect, None)
-            violations, skipped = rules.evaluate(rule, [obj], rules.Context(args.get_config(), [info]))
+            info = base.resource_info(args.resource_type, args.name, args.props, args.opts.protect, None)
+            violations, skipped = base.evaluate(rule, [obj], base.Context(args.get_config(), [info]))
             _report(violations, skipped, args, report_violation)
-        _guarded(rule, rules.safe_target(obj), run, report_violation)
+
+        _guarded(rule, base.safe_target(obj), run, report_violation)
+
     return validate
 
 
-def _stack_validator(rule: rules.Rule):
+def _stack_validator(rule: base.Rule):
     def validate(args: StackValidationArgs, report_violation) -> None:
         def run() -> None:
-            objects = [o for r in args.resources
-                       if (o := rules.object_from_resource(r.resource_type, r.props, r.name)) is not None]
+            objects = [
+                o
+                for r in args.resources
+                if (o := base.object_from_resource(r.resource_type, r.props, r.name)) is not None
+            ]
             # The analyzer protocol carries `protect` but not `retainOnDelete`: None marks it unknown.
-            infos = [rules.resource_info(r.resource_type, r.name, r.props, r.opts.protect, None)
-                     for r in args.resources]
-            violations, skipped = rules.evaluate(rule, objects, rules.Context(args.get_config(), infos))
+            infos = [base.resource_info(r.resource_type, r.name, r.props, r.opts.protect, None) for r in args.resources]
+            violations, skipped = base.evaluate(rule, objects, base.Context(args.get_config(), infos))
             _report(violations, skipped, args, report_violation)
+
         _guarded(rule, "stack", run, report_violation)
+
     return validate
 
 
-def _policy(rule: rules.Rule):
+def _policy(rule: base.Rule):
     level = EnforcementLevel(rule.level)
     schema = PolicyConfigSchema(dict(rule.config_schema)) if rule.config_schema else None
     if rule.scope == "stack":

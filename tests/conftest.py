@@ -1,4 +1,5 @@
 """Shared fixtures: rendered stacks (once per session) and the upstream reference data in ../shared."""
+
 from __future__ import annotations
 
 import json
@@ -6,16 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from kimi_k3.config import SECRET_KEYS
-from kimi_k3.commands.render import render_config, render_stack
-from kimi_k3.stacks import read_stack_config
+from kimi_k3.config.stack import SECRET_KEYS
+from kimi_k3.config.stack_files import read_stack_config
+from kimi_k3.offline.synth import render_config, render_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "reference"
 STACKS = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
 UPSTREAM = {  # our stack -> upstream profile directory
-    "gb200": "agg-gb200-agentic", "gb200-disagg": "disagg-gb200-agentic",
-    "gb300": "agg-gb300-agentic", "gb300-disagg": "disagg-gb300-agentic",
+    "gb200": "agg-gb200-agentic",
+    "gb200-disagg": "disagg-gb200-agentic",
+    "gb300": "agg-gb300-agentic",
+    "gb300-disagg": "disagg-gb300-agentic",
 }
 
 
@@ -26,8 +29,10 @@ class ReferencePath(type(Path())):
     def need(self) -> "ReferencePath":
         """Skip unless this path exists (for a path handed to code that opens it itself)."""
         if not self.exists():
-            pytest.skip(f"upstream reference data incomplete: {self} is missing (shared/reference beside the "
-                        "project's checkout)")
+            pytest.skip(
+                f"upstream reference data incomplete: {self} is missing (shared/reference beside the "
+                "project's checkout)"
+            )
         return self
 
     def read_text(self, *args, **kwargs):
@@ -121,7 +126,8 @@ def flag(args: list[str], name: str):
 
 def assert_one_clear_error(stack: str, overrides: dict, expected: list[str]) -> None:
     """Bad input: one short message holding every expected part, and nothing registered."""
-    from kimi_k3.commands.render import RenderError
+    from kimi_k3.offline.synth import RenderError
+
     with pytest.raises(RenderError) as info:
         render_with(stack, **overrides)
     message = str(info.value)
@@ -138,8 +144,10 @@ def project_copy(dest: Path) -> Path:
     import os
     import shutil
     import subprocess
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.splitlines()
+
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     for name in files:
         src = ROOT / name
         if src.is_file():
@@ -154,6 +162,7 @@ def project_copy(dest: Path) -> Path:
 def fake_pulumi_bin(tmp_path: Path) -> Path:
     """A directory holding `pulumi`: tests/fake_pulumi.py run by this interpreter."""
     import sys
+
     bin_dir = tmp_path / "fake-bin"
     bin_dir.mkdir(exist_ok=True)
     script = bin_dir / "pulumi"

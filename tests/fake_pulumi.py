@@ -9,6 +9,7 @@ It logs every call to $PULUMI_LOG and behaves like the real CLI where the workfl
 - `up`/`preview`: runs the real program (`__main__.py` under Pulumi's mock engine) with the config of the file
   it was given, so a missing per-user value fails exactly as `pulumi up` would.
 """
+
 from __future__ import annotations
 
 import base64
@@ -84,7 +85,7 @@ def config_get(path: Path, tokens: list):
 
 def run_program(stack: str, path: Path) -> int:
     """What `pulumi up` would do first: run __main__.py with this config; it refuses missing per-user values."""
-    from kimi_k3.commands.render import RenderError, render_config
+    from kimi_k3.offline.synth import RenderError, render_config
 
     doc = yaml.safe_load(path.read_text()) or {}
     config, secrets = {}, set()

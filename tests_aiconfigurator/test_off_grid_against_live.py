@@ -8,22 +8,31 @@ import json
 
 import pytest
 
-from kimi_k3 import aiconfigurator as aic
-from kimi_k3 import perf
 from kimi_k3.commands import main as cli
+from kimi_k3.sizing import aiconfigurator as aic
+from kimi_k3.sizing import perf
 
 available, why = aic.available()
 pytestmark = pytest.mark.skipif(not available, reason=f"aiconfigurator lane: {why}")
 
 # Off-grid in every way the table-only path handles; each checked against aiconfigurator itself.
 POINTS = [
-    dict(mode="agg", system="gb300", tp=8, isl=8000, osl=1000, batch=4),            # the 8000/1000
-    dict(mode="agg", system="gb300", tp=8, isl=32768, osl=4096, batch=16),          # longer answers
-    dict(mode="agg", system="gb300", tp=8, isl=100000, osl=2000, batch=8),          # ISL, OSL and batch off grid
-    dict(mode="agg", system="gb200", tp=16, isl=32768, osl=256, batch=16),          # shorter answers
-    dict(mode="agg", system="gb300", tp=16, isl=32768, osl=4096, batch=16),         # no pure-decode row of its own
-    dict(mode="disagg", system="gb300", prefill_tp=8, prefill_workers=1, decode_tp=8, decode_workers=3,
-         isl=32768, osl=2000, decode_batch=16),                                     # a composed P:D ratio
+    dict(mode="agg", system="gb300", tp=8, isl=8000, osl=1000, batch=4),  # the 8000/1000
+    dict(mode="agg", system="gb300", tp=8, isl=32768, osl=4096, batch=16),  # longer answers
+    dict(mode="agg", system="gb300", tp=8, isl=100000, osl=2000, batch=8),  # ISL, OSL and batch off grid
+    dict(mode="agg", system="gb200", tp=16, isl=32768, osl=256, batch=16),  # shorter answers
+    dict(mode="agg", system="gb300", tp=16, isl=32768, osl=4096, batch=16),  # no pure-decode row of its own
+    dict(
+        mode="disagg",
+        system="gb300",
+        prefill_tp=8,
+        prefill_workers=1,
+        decode_tp=8,
+        decode_workers=3,
+        isl=32768,
+        osl=2000,
+        decode_batch=16,
+    ),  # a composed P:D ratio
 ]
 TOLERANCE = 0.12  # measured 2026-12-01: worst 9.6% (TPOT at ISL 100,000 / OSL 2,000 / batch 8), most under 5%
 

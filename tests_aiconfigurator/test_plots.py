@@ -22,8 +22,13 @@ def test_mocker_profile_file_is_the_mockers_npz(tmp_path, capsys):
     assert cli.main(["plan", "gb300-disagg", "--mocker-profile", str(path)]) == 0
     with np.load(path) as data:
         # dynamo/mocker 1.6.1 utils/planner_profiler_perf_data_converter.py is_mocker_format_npz
-        assert {"prefill_isl", "prefill_ttft_ms", "decode_active_kv_tokens", "decode_context_length",
-                "decode_itl"} <= set(data.keys())
+        assert {
+            "prefill_isl",
+            "prefill_ttft_ms",
+            "decode_active_kv_tokens",
+            "decode_context_length",
+            "decode_itl",
+        } <= set(data.keys())
         assert data["decode_itl"].shape == (len(data["decode_active_kv_tokens"]), len(data["decode_context_length"]))
 
 
@@ -35,7 +40,9 @@ def test_cost_plot_per_stack_has_both_bases_and_the_api_line(stack, tmp_path, ca
 
     figures = []
     real_savefig = plt.Figure.savefig
-    monkeypatch.setattr(plt.Figure, "savefig", lambda self, *a, **k: (figures.append(self), real_savefig(self, *a, **k)))
+    monkeypatch.setattr(
+        plt.Figure, "savefig", lambda self, *a, **k: (figures.append(self), real_savefig(self, *a, **k))
+    )
     path = tmp_path / "cost.png"
     assert cli.main(["plan", stack, "--cost-plot", str(path)]) == 0
     assert f"wrote {path}" in capsys.readouterr().err

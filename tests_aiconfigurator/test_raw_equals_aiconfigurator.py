@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from kimi_k3 import aiconfigurator as aic
-from kimi_k3 import perf
-from kimi_k3.commands.plan import stack_plan
+from kimi_k3.blueprint import stack_plan
 from kimi_k3.commands.plan_perf import layout_of
+from kimi_k3.sizing import aiconfigurator as aic
+from kimi_k3.sizing import perf
 
 available, why = aic.available()
 pytestmark = pytest.mark.skipif(not available, reason=f"aiconfigurator lane: {why}")

@@ -1,5 +1,6 @@
 """ModelStorage: where the weights live (an S3 bucket filled by fetchers at t=0, FSx for Lustre or EFS), their CSI
 driver and a static PV; and the shared compile-cache volume (EFS) the workers keep JIT and compile artifacts on."""
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -8,37 +9,61 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from kimi_k3 import aws as spec
-from kimi_k3 import manifests
-from kimi_k3.config import StorageConfig
-from kimi_k3.critical_path import FETCHER_ROLE
-from kimi_k3.images import runtime_user
+from components.aws.iam import Oidc, service_account_role
+from kimi_k3 import names
+from kimi_k3.aws import iam
+from kimi_k3.aws import nodes as spec
+from kimi_k3.aws import storage as aws_storage
+from kimi_k3.config.storage import StorageConfig
+from kimi_k3.facts.images import runtime_user
+from kimi_k3.k8s import model_cache
+from kimi_k3.names import FETCHER_ROLE
 
-from .iam import Oidc, service_account_role
-
-CSI = {"fsx-lustre": ("aws-fsx-csi-driver", "fsx.csi.aws.com"), "efs": ("aws-efs-csi-driver", "efs.csi.aws.com"),
-       "s3": (spec.MOUNTPOINT_ADDON, spec.MOUNTPOINT_DRIVER)}
+CSI = {
+    "fsx-lustre": ("aws-fsx-csi-driver", "fsx.csi.aws.com"),
+    "efs": ("aws-efs-csi-driver", "efs.csi.aws.com"),
+    "s3": (aws_storage.MOUNTPOINT_ADDON, aws_storage.MOUNTPOINT_DRIVER),
+}
 # The CSI controllers' service accounts (EKS add-ons aws-fsx-csi-driver, aws-efs-csi-driver).
 CSI_CONTROLLER_SA = {"fsx-lustre": "fsx-csi-controller-sa", "efs": "efs-csi-controller-sa"}
 
 
 class ModelStorageArgs:
-    def __init__(self, storage: StorageConfig, cluster_name: pulumi.Input[str], vpc_id: pulumi.Input[str],
-                 vpc_cidr: str, subnet_id: pulumi.Input[str], mount_subnet_ids: list[pulumi.Input[str]],
-                 claim_namespace: str, claim_name: str, cache_path_in_fs: str, size_gi: int,
-                 wait_for: Optional[list[pulumi.Resource]] = None, tags: Optional[dict[str, str]] = None, *,
-                 region: str = "us-east-1", efs_mount_options: Sequence[str] = ("tls",),
-                 hf_token: Optional[pulumi.Input[str]] = None, model_repo: str = "", model_revision: str = "main",
-                 hub_version: str = "", fetcher_subnet_id: Optional[pulumi.Input[str]] = None,
-                 egress_ready: Sequence[pulumi.Resource] = (), oidc: Optional[Oidc] = None,
-                 compile_cache: bool = False, namespace: Optional[pulumi.Resource] = None, parked: bool = False,
-                 fetch_deadline_seconds: int = 28800):
+    def __init__(
+        self,
+        storage: StorageConfig,
+        cluster_name: pulumi.Input[str],
+        vpc_id: pulumi.Input[str],
+        vpc_cidr: str,
+        subnet_id: pulumi.Input[str],
+        mount_subnet_ids: list[pulumi.Input[str]],
+        claim_namespace: str,
+        claim_name: str,
+        cache_path_in_fs: str,
+        size_gi: int,
+        wait_for: Optional[list[pulumi.Resource]] = None,
+        tags: Optional[dict[str, str]] = None,
+        *,
+        region: str = "us-east-1",
+        efs_mount_options: Sequence[str] = ("tls",),
+        hf_token: Optional[pulumi.Input[str]] = None,
+        model_repo: str = "",
+        model_revision: str = "main",
+        hub_version: str = "",
+        fetcher_subnet_id: Optional[pulumi.Input[str]] = None,
+        egress_ready: Sequence[pulumi.Resource] = (),
+        oidc: Optional[Oidc] = None,
+        compile_cache: bool = False,
+        namespace: Optional[pulumi.Resource] = None,
+        parked: bool = False,
+        fetch_deadline_seconds: int = 28800,
+    ):
         """
         :param storage: `kimi-k3:storage` (kind s3, fsx-lustre or efs, sizes, fetchers, compile cache).
         :param cluster_name: the EKS cluster, for the CSI driver add-ons.
         :param vpc_id: VPC of the security groups.
         :param vpc_cidr: clients allowed to mount (the node subnets are inside it).
-        :param subnet_id: the filesystem's subnet (kimi_k3.aws.storage_zone: the GPU zone unless it is a Local Zone).
+        :param subnet_id: the filesystem's subnet (kimi_k3.aws.storage.storage_zone: the GPU zone unless it is a Local Zone).
         :param mount_subnet_ids: EFS mount targets (one per control-plane zone).
         :param claim_namespace: namespace of the PVCs the PVs are pre-bound to.
         :param claim_name: name of the model-cache PVC.
@@ -47,7 +72,7 @@ class ModelStorageArgs:
         :param wait_for: what the CSI driver add-ons need (nodes to run on: the system node group).
         :param tags: tags on every AWS resource.
         :param region: the stack's Region (Mountpoint's bucket Region, the fetchers' CLI).
-        :param efs_mount_options: EFS mount helper options (kimi_k3.aws.efs_mount_options).
+        :param efs_mount_options: EFS mount helper options (kimi_k3.aws.storage.efs_mount_options).
         :param hf_token: Hugging Face token (a Pulumi secret) the fetchers read from Secrets Manager (kind s3).
         :param model_repo: / model_revision / hub_version: what the fetchers download, with which huggingface_hub.
         :param fetcher_subnet_id: private subnet with NAT egress and the S3 gateway endpoint, for the fetchers.
@@ -89,8 +114,13 @@ class ModelStorageArgs:
 
 def _assume(service: str) -> str:
     import json
-    return json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}]})
+
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+        }
+    )
 
 
 class ModelStorage(pulumi.ComponentResource):
@@ -107,8 +137,9 @@ class ModelStorage(pulumi.ComponentResource):
     storage_class: str
     ready: list[pulumi.Resource]
 
-    def __init__(self, name: str, args: ModelStorageArgs, provider: k8s.Provider,
-                 opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(
+        self, name: str, args: ModelStorageArgs, provider: k8s.Provider, opts: Optional[pulumi.ResourceOptions] = None
+    ):
         super().__init__("kimi-k3:aws:ModelStorage", name, None, opts)
         s, kind, tags = args.storage, args.storage.resolved_kind, {"kimi-k3/stack": pulumi.get_stack(), **args.tags}
         keep = pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True)
@@ -125,34 +156,58 @@ class ModelStorage(pulumi.ComponentResource):
             # FSx needs LNET (988, 1018-1023) from its clients; all traffic within the group both ways is what an
             # EFA-enabled file system requires (FSx "EFA-enabled security groups"), harmless without EFA.
             sg = aws.ec2.SecurityGroup(
-                f"{name}-fsx-sg", vpc_id=args.vpc_id, description="FSx for Lustre: LNET from the VPC, all within",
-                ingress=[{"protocol": "tcp", "from_port": 988, "to_port": 988, "cidr_blocks": [args.vpc_cidr]},
-                         {"protocol": "tcp", "from_port": 1018, "to_port": 1023, "cidr_blocks": [args.vpc_cidr]},
-                         {"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
-                egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True},
-                        {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
-                tags=tags, opts=child)
+                f"{name}-fsx-sg",
+                vpc_id=args.vpc_id,
+                description="FSx for Lustre: LNET from the VPC, all within",
+                ingress=[
+                    {"protocol": "tcp", "from_port": 988, "to_port": 988, "cidr_blocks": [args.vpc_cidr]},
+                    {"protocol": "tcp", "from_port": 1018, "to_port": 1023, "cidr_blocks": [args.vpc_cidr]},
+                    {"protocol": "-1", "from_port": 0, "to_port": 0, "self": True},
+                ],
+                egress=[
+                    {"protocol": "-1", "from_port": 0, "to_port": 0, "self": True},
+                    {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]},
+                ],
+                tags=tags,
+                opts=child,
+            )
             fs = aws.fsx.LustreFileSystem(
-                f"{name}-fsx", deployment_type="PERSISTENT_2", storage_type="SSD",
-                storage_capacity=f.storage_capacity_gib, per_unit_storage_throughput=f.per_unit_storage_throughput,
-                file_system_type_version=f.file_system_type_version, efa_enabled=f.efa_enabled,
-                metadata_configuration={"mode": "AUTOMATIC"}, data_compression_type="NONE",
-                subnet_ids=args.subnet_id, security_group_ids=[sg.id], tags={**tags, "Name": f"{name}-fsx"},
-                opts=keep)
+                f"{name}-fsx",
+                deployment_type="PERSISTENT_2",
+                storage_type="SSD",
+                storage_capacity=f.storage_capacity_gib,
+                per_unit_storage_throughput=f.per_unit_storage_throughput,
+                file_system_type_version=f.file_system_type_version,
+                efa_enabled=f.efa_enabled,
+                metadata_configuration={"mode": "AUTOMATIC"},
+                data_compression_type="NONE",
+                subnet_ids=args.subnet_id,
+                security_group_ids=[sg.id],
+                tags={**tags, "Name": f"{name}-fsx"},
+                opts=keep,
+            )
             self.ready.append(fs)
             if f.s3_import_path:
                 # Weights pre-staged in the user's bucket appear in the cache path and load lazily from S3.
-                self.ready.append(aws.fsx.DataRepositoryAssociation(
-                    f"{name}-s3-import", file_system_id=fs.id, data_repository_path=f.s3_import_path,
-                    file_system_path=args.cache_path_in_fs, batch_import_meta_data_on_create=True,
-                    s3={"auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]}},
-                    delete_data_in_filesystem=False, tags=tags,
-                    # Kept with the filesystem: a path holds one association, so a recreated one would collide.
-                    opts=pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True)))
+                self.ready.append(
+                    aws.fsx.DataRepositoryAssociation(
+                        f"{name}-s3-import",
+                        file_system_id=fs.id,
+                        data_repository_path=f.s3_import_path,
+                        file_system_path=args.cache_path_in_fs,
+                        batch_import_meta_data_on_create=True,
+                        s3={"auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]}},
+                        delete_data_in_filesystem=False,
+                        tags=tags,
+                        # Kept with the filesystem: a path holds one association, so a recreated one would collide.
+                        opts=pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True),
+                    )
+                )
             self.filesystem_id = fs.id
             handle = fs.id
             attributes = pulumi.Output.all(fs.dns_name, fs.mount_name).apply(
-                lambda a: {"dnsname": a[0], "mountname": a[1]})
+                lambda a: {"dnsname": a[0], "mountname": a[1]}
+            )
             mount_options = ["flock"]
         else:  # efs
             fs, targets = self._efs(f"{name}-efs", args, tags, keep, child, s.efs.throughput_mode)
@@ -165,15 +220,32 @@ class ModelStorage(pulumi.ComponentResource):
             return
         if kind != "s3":
             addon_args = self._controller_identity(f"{name}-csi-controller", kind, args, tags)
-        addon = aws.eks.Addon(f"{name}-csi-driver", cluster_name=args.cluster_name, addon_name=addon_name,
-                              resolve_conflicts_on_create="OVERWRITE", tags=tags, **addon_args,
-                              opts=pulumi.ResourceOptions(parent=self, depends_on=args.wait_for))
+        addon = aws.eks.Addon(
+            f"{name}-csi-driver",
+            cluster_name=args.cluster_name,
+            addon_name=addon_name,
+            resolve_conflicts_on_create="OVERWRITE",
+            tags=tags,
+            **addon_args,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.wait_for),
+        )
         self.ready.append(addon)
-        pv = spec.static_pv(args.claim_name, args.size_gi, driver, handle, attributes,
-                            args.claim_namespace, args.claim_name, mount_options)
+        pv = aws_storage.static_pv(
+            args.claim_name,
+            args.size_gi,
+            driver,
+            handle,
+            attributes,
+            args.claim_namespace,
+            args.claim_name,
+            mount_options,
+        )
         self.volume = k8s.core.v1.PersistentVolume(
-            f"{name}-pv", metadata=pv["metadata"], spec=pv["spec"],
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, retain_on_delete=True))
+            f"{name}-pv",
+            metadata=pv["metadata"],
+            spec=pv["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, retain_on_delete=True),
+        )
         self.ready.append(self.volume)
         self.compile_cache_ready: list[pulumi.Resource] = []
         if args.compile_cache:
@@ -183,16 +255,33 @@ class ModelStorage(pulumi.ComponentResource):
             outputs["bucket"] = self.bucket_name
         self.register_outputs(outputs)
 
-    def _s3(self, name: str, args: ModelStorageArgs, tags: dict[str, str], keep: pulumi.ResourceOptions,
-            child: pulumi.ResourceOptions):
+    def _s3(
+        self,
+        name: str,
+        args: ModelStorageArgs,
+        tags: dict[str, str],
+        keep: pulumi.ResourceOptions,
+        child: pulumi.ResourceOptions,
+    ):
         """The weights bucket (protected, retained, never force-destroyed), the fetchers that fill it from t=0, and
         the Mountpoint driver's read-only access (IRSA)."""
         s3 = args.storage.s3
-        bucket = aws.s3.Bucket(f"{name}-weights", bucket_prefix="kimi-k3-weights-", force_destroy=False,
-                               tags={**tags, "Name": f"{name}-weights"}, opts=keep)
-        aws.s3.BucketPublicAccessBlock(f"{name}-weights-private", bucket=bucket.id, block_public_acls=True,
-                                       block_public_policy=True, ignore_public_acls=True,
-                                       restrict_public_buckets=True, opts=child)
+        bucket = aws.s3.Bucket(
+            f"{name}-weights",
+            bucket_prefix="kimi-k3-weights-",
+            force_destroy=False,
+            tags={**tags, "Name": f"{name}-weights"},
+            opts=keep,
+        )
+        aws.s3.BucketPublicAccessBlock(
+            f"{name}-weights-private",
+            bucket=bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=child,
+        )
         self.bucket_name = bucket.bucket
         self.filesystem_id = bucket.bucket
         if args.parked:
@@ -201,54 +290,107 @@ class ModelStorage(pulumi.ComponentResource):
         prefix = args.cache_path_in_fs.strip("/")
         # The token reaches the fetchers through Secrets Manager, never through user data (visible to ec2:Describe*).
         secret = aws.secretsmanager.Secret(f"{name}-hf-token", recovery_window_in_days=0, tags=tags, opts=child)
-        version = aws.secretsmanager.SecretVersion(f"{name}-hf-token-value", secret_id=secret.id,
-                                                   secret_string=args.hf_token, opts=child)
-        role = aws.iam.Role(f"{name}-fetcher-role", assume_role_policy=_assume("ec2.amazonaws.com"), tags=tags,
-                            opts=child)
-        policy = aws.iam.RolePolicy(f"{name}-fetcher-policy", role=role.id, policy=pulumi.Output.all(
-            bucket.arn, secret.arn).apply(lambda a: spec.fetcher_policy(a[0], a[1])), opts=child)
+        version = aws.secretsmanager.SecretVersion(
+            f"{name}-hf-token-value", secret_id=secret.id, secret_string=args.hf_token, opts=child
+        )
+        role = aws.iam.Role(
+            f"{name}-fetcher-role", assume_role_policy=_assume("ec2.amazonaws.com"), tags=tags, opts=child
+        )
+        policy = aws.iam.RolePolicy(
+            f"{name}-fetcher-policy",
+            role=role.id,
+            policy=pulumi.Output.all(bucket.arn, secret.arn).apply(lambda a: iam.fetcher_policy(a[0], a[1])),
+            opts=child,
+        )
         profile = aws.iam.InstanceProfile(f"{name}-fetcher-profile", role=role.name, tags=tags, opts=child)
-        sg = aws.ec2.SecurityGroup(f"{name}-fetcher-sg", vpc_id=args.vpc_id,
-                                   description="weights fetchers: egress only (Hub over NAT, S3 over the endpoint)",
-                                   egress=[{"protocol": "-1", "from_port": 0, "to_port": 0,
-                                            "cidr_blocks": ["0.0.0.0/0"]}], tags=tags, opts=child)
+        sg = aws.ec2.SecurityGroup(
+            f"{name}-fetcher-sg",
+            vpc_id=args.vpc_id,
+            description="weights fetchers: egress only (Hub over NAT, S3 over the endpoint)",
+            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
+            tags=tags,
+            opts=child,
+        )
         template = aws.ec2.LaunchTemplate(
-            f"{name}-fetcher-lt", image_id=spec.FETCHER_AMI, instance_type=s3.fetcher_instance_type,
-            iam_instance_profile={"arn": profile.arn}, vpc_security_group_ids=[sg.id],
+            f"{name}-fetcher-lt",
+            image_id=aws_storage.FETCHER_AMI,
+            instance_type=s3.fetcher_instance_type,
+            iam_instance_profile={"arn": profile.arn},
+            vpc_security_group_ids=[sg.id],
             instance_initiated_shutdown_behavior="terminate",
             metadata_options={"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 1},
-            block_device_mappings=[{"device_name": "/dev/xvda", "ebs": {
-                # Room for pip, the AL2023 image and hf_xet's chunk cache (under ~/.cache; 10 GB by default).
-                "volume_size": 100, "volume_type": "gp3", "delete_on_termination": "true", "encrypted": "true"}}],
-            tags=tags, opts=child)
+            block_device_mappings=[
+                {
+                    "device_name": "/dev/xvda",
+                    "ebs": {
+                        # Room for pip, the AL2023 image and hf_xet's chunk cache (under ~/.cache; 10 GB by default).
+                        "volume_size": 100,
+                        "volume_type": "gp3",
+                        "delete_on_termination": "true",
+                        "encrypted": "true",
+                    },
+                }
+            ],
+            tags=tags,
+            opts=child,
+        )
         fetchers = []
         for i in range(s3.fetchers):
             user_data = pulumi.Output.all(bucket.bucket, secret.arn).apply(
-                lambda a, i=i: spec.b64(spec.fetcher_user_data(
-                    bucket=a[0], prefix=prefix, repo=args.model_repo, revision=args.model_revision, secret_arn=a[1],
-                    region=args.region, index=i, count=s3.fetchers, hub_version=args.hub_version,
-                    deadline_seconds=args.fetch_deadline_seconds)))
-            fetchers.append(aws.ec2.Instance(
-                f"{name}-fetcher-{i}", launch_template={"id": template.id, "version": "$Latest"},
-                subnet_id=args.fetcher_subnet_id, user_data_base64=user_data,
-                tags={**tags, "Name": f"{name}-fetcher-{i}", "kimi-k3/role": FETCHER_ROLE},
-                # A changed revision or share launches new fetchers; they skip what the bucket already holds.
-                user_data_replace_on_change=True,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[version, policy, *args.egress_ready])))
+                lambda a, i=i: spec.b64(
+                    aws_storage.fetcher_user_data(
+                        bucket=a[0],
+                        prefix=prefix,
+                        repo=args.model_repo,
+                        revision=args.model_revision,
+                        secret_arn=a[1],
+                        region=args.region,
+                        index=i,
+                        count=s3.fetchers,
+                        hub_version=args.hub_version,
+                        deadline_seconds=args.fetch_deadline_seconds,
+                    )
+                )
+            )
+            fetchers.append(
+                aws.ec2.Instance(
+                    f"{name}-fetcher-{i}",
+                    launch_template={"id": template.id, "version": "$Latest"},
+                    subnet_id=args.fetcher_subnet_id,
+                    user_data_base64=user_data,
+                    tags={**tags, "Name": f"{name}-fetcher-{i}", "kimi-k3/role": FETCHER_ROLE},
+                    # A changed revision or share launches new fetchers; they skip what the bucket already holds.
+                    user_data_replace_on_change=True,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[version, policy, *args.egress_ready]),
+                )
+            )
         # Mountpoint's node plugin reads the bucket with its own service account's role (EKS add-on guide: IRSA).
-        driver_role, _ = service_account_role(f"{name}-mountpoint-role", args.oidc, "kube-system",
-                                              spec.MOUNTPOINT_SERVICE_ACCOUNT, [], self, tags)
-        driver_policy = aws.iam.RolePolicy(f"{name}-mountpoint-policy", role=driver_role.id,
-                                           policy=bucket.arn.apply(spec.bucket_read_policy), opts=child)
+        driver_role, _ = service_account_role(
+            f"{name}-mountpoint-role", args.oidc, "kube-system", aws_storage.MOUNTPOINT_SERVICE_ACCOUNT, [], self, tags
+        )
+        driver_policy = aws.iam.RolePolicy(
+            f"{name}-mountpoint-policy",
+            role=driver_role.id,
+            policy=bucket.arn.apply(iam.bucket_read_policy),
+            opts=child,
+        )
         self.ready += [bucket, *fetchers, driver_policy]
         # The node plugin must run on the tainted GPU nodes: the chart's default tolerates no taint
         # (mountpoint-s3-csi-driver chart README: node.tolerateAllTaints, default false).
-        addon_args = {"service_account_role_arn": driver_role.arn,
-                      "configuration_values": '{"node":{"tolerateAllTaints":true}}'}
-        return bucket.bucket, bucket.bucket.apply(lambda b: {"bucketName": b}), \
-            spec.mountpoint_mount_options(args.region), addon_args
+        addon_args = {
+            "service_account_role_arn": driver_role.arn,
+            "configuration_values": '{"node":{"tolerateAllTaints":true}}',
+        }
+        return (
+            bucket.bucket,
+            bucket.bucket.apply(lambda b: {"bucketName": b}),
+            aws_storage.mountpoint_mount_options(args.region),
+            addon_args,
+        )
 
-    def _controller_identity(self, name: str, kind: str, args: ModelStorageArgs, tags: dict[str, str]) -> dict[str, Any]:
+    def _controller_identity(
+        self, name: str, kind: str, args: ModelStorageArgs, tags: dict[str, str]
+    ) -> dict[str, Any]:
         """The FSx/EFS controller's own identity (IRSA) with no AWS permissions: static PVs need no FSx/EFS API call
         (no dynamic provisioning); without it the controller would fall back to the node role. Dynamic provisioning
         would need AmazonFSxFullAccess / AmazonEFSCSIDriverPolicy on this role (docs/aws.md)."""
@@ -257,44 +399,98 @@ class ModelStorage(pulumi.ComponentResource):
         role, _ = service_account_role(name, args.oidc, "kube-system", CSI_CONTROLLER_SA[kind], [], self, tags)
         return {"service_account_role_arn": role.arn}
 
-    def _efs(self, name: str, args: ModelStorageArgs, tags: dict[str, str], fs_opts: pulumi.ResourceOptions,
-             child: pulumi.ResourceOptions, throughput_mode: str):
+    def _efs(
+        self,
+        name: str,
+        args: ModelStorageArgs,
+        tags: dict[str, str],
+        fs_opts: pulumi.ResourceOptions,
+        child: pulumi.ResourceOptions,
+        throughput_mode: str,
+    ):
         sg = aws.ec2.SecurityGroup(
-            f"{name}-sg", vpc_id=args.vpc_id, description="EFS: NFS from the VPC",
+            f"{name}-sg",
+            vpc_id=args.vpc_id,
+            description="EFS: NFS from the VPC",
             ingress=[{"protocol": "tcp", "from_port": 2049, "to_port": 2049, "cidr_blocks": [args.vpc_cidr]}],
             egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
-            tags=tags, opts=child)
-        fs = aws.efs.FileSystem(name, encrypted=True, performance_mode="generalPurpose",
-                                throughput_mode=throughput_mode, tags={**tags, "Name": name}, opts=fs_opts)
-        targets = [] if args.parked else [
-            aws.efs.MountTarget(f"{name}-mt-{i}", file_system_id=fs.id, subnet_id=sid, security_groups=[sg.id],
-                                opts=child) for i, sid in enumerate(args.mount_subnet_ids)]
+            tags=tags,
+            opts=child,
+        )
+        fs = aws.efs.FileSystem(
+            name,
+            encrypted=True,
+            performance_mode="generalPurpose",
+            throughput_mode=throughput_mode,
+            tags={**tags, "Name": name},
+            opts=fs_opts,
+        )
+        targets = (
+            []
+            if args.parked
+            else [
+                aws.efs.MountTarget(
+                    f"{name}-mt-{i}", file_system_id=fs.id, subnet_id=sid, security_groups=[sg.id], opts=child
+                )
+                for i, sid in enumerate(args.mount_subnet_ids)
+            ]
+        )
         return fs, targets
 
-    def _compile_cache(self, name: str, args: ModelStorageArgs, tags: dict[str, str], child: pulumi.ResourceOptions,
-                       provider: k8s.Provider, efs_addon: Optional[aws.eks.Addon]) -> None:
+    def _compile_cache(
+        self,
+        name: str,
+        args: ModelStorageArgs,
+        tags: dict[str, str],
+        child: pulumi.ResourceOptions,
+        provider: k8s.Provider,
+        efs_addon: Optional[aws.eks.Addon],
+    ) -> None:
         """EFS (elastic, a few GB) for the workers' JIT and compile caches: reproducible, so neither protected nor
         retained. Its PV + PVC are pre-bound like the weights'."""
         fs, targets = self._efs(f"{name}-compile-cache", args, tags, child, child, "elastic")
         addon = efs_addon or aws.eks.Addon(
-            f"{name}-efs-csi-driver", cluster_name=args.cluster_name, addon_name=CSI["efs"][0],
-            resolve_conflicts_on_create="OVERWRITE", tags=tags,
+            f"{name}-efs-csi-driver",
+            cluster_name=args.cluster_name,
+            addon_name=CSI["efs"][0],
+            resolve_conflicts_on_create="OVERWRITE",
+            tags=tags,
             **self._controller_identity(f"{name}-efs-csi-controller", "efs", args, tags),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.wait_for))
-        claim = manifests.NAMES["compile_cache"]
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.wait_for),
+        )
+        claim = names.NAMES["compile_cache"]
         # Writable by the workers' uid (their image's USER, runtime_user()): every request through the access point.
         uid, gid = runtime_user()
-        ap = aws.efs.AccessPoint(f"{name}-compile-cache-ap", **spec.compile_cache_access_point(fs.id, uid, gid),
-                                 tags={**tags, "Name": f"{name}-compile-cache"}, opts=pulumi.ResourceOptions(
-                                     parent=self, depends_on=targets))
+        ap = aws.efs.AccessPoint(
+            f"{name}-compile-cache-ap",
+            **spec.compile_cache_access_point(fs.id, uid, gid),
+            tags={**tags, "Name": f"{name}-compile-cache"},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=targets),
+        )
         handle = pulumi.Output.all(fs.id, ap.id).apply(lambda a: spec.efs_access_point_handle(a[0], a[1]))
-        pv = spec.static_pv(claim, manifests.COMPILE_CACHE_GI, CSI["efs"][1], handle, {}, args.claim_namespace, claim,
-                            args.efs_mount_options)
-        volume = k8s.core.v1.PersistentVolume(f"{name}-compile-cache-pv", metadata=pv["metadata"], spec=pv["spec"],
-                                              opts=pulumi.ResourceOptions(parent=self, provider=provider))
-        pvc = manifests.compile_cache_pvc(args.claim_namespace)
+        pv = aws_storage.static_pv(
+            claim,
+            model_cache.COMPILE_CACHE_GI,
+            CSI["efs"][1],
+            handle,
+            {},
+            args.claim_namespace,
+            claim,
+            args.efs_mount_options,
+        )
+        volume = k8s.core.v1.PersistentVolume(
+            f"{name}-compile-cache-pv",
+            metadata=pv["metadata"],
+            spec=pv["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+        pvc = model_cache.compile_cache_pvc(args.claim_namespace)
         self.compile_cache_claim = k8s.core.v1.PersistentVolumeClaim(
-            f"{name}-compile-cache-pvc", metadata=pvc["metadata"], spec=pvc["spec"],
-            opts=pulumi.ResourceOptions(parent=self, provider=provider,
-                                        depends_on=[volume, *([args.namespace] if args.namespace else [])]))
+            f"{name}-compile-cache-pvc",
+            metadata=pvc["metadata"],
+            spec=pvc["spec"],
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=provider, depends_on=[volume, *([args.namespace] if args.namespace else [])]
+            ),
+        )
         self.compile_cache_ready = [fs, *targets, ap, addon, volume, self.compile_cache_claim]

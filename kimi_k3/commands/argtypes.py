@@ -1,16 +1,13 @@
 """argparse types for every command's flags: one place, so a bad value is refused while the arguments are parsed,
 before anything starts or is written, with one line naming the flag, the value and what is allowed
 (`kimi-k3 plan: argument --top: -2 is too small; allowed: 1 or more`)."""
+
 from __future__ import annotations
 
 import argparse
 import math
 import re
 from typing import Callable, Iterable
-
-# Pulumi's own rule for a stack name (pulumi/pulumi pkg/backend/diy/backend.go, stackNameAndProjectRegexp and
-# validateStackName): letters, digits, '-', '_', '.', 1 to 100 characters.
-PULUMI_STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 
 def whole(least: int, most: int | None = None) -> Callable[[str], int]:
@@ -27,6 +24,7 @@ def whole(least: int, most: int | None = None) -> Callable[[str], int]:
         if most is not None and value > most:
             raise argparse.ArgumentTypeError(f"{value:,} is too large; allowed: {allowed}")
         return value
+
     parse.__name__ = f"whole number >= {least}"
     return parse
 
@@ -75,21 +73,15 @@ def choice_list(allowed: Iterable[str]) -> Callable[[str], tuple[str, ...]]:
             what = f"{', '.join(map(repr, bad))} unknown" if bad else "empty or repeated names"
             raise argparse.ArgumentTypeError(f"{text!r}: {what}; allowed: {', '.join(allowed)} (comma-separated)")
         return names
+
     parse.__name__ = "comma-separated list"
     return parse
-
-
-def stack_name_problem(name: str) -> str | None:
-    """Why Pulumi would refuse `name` as a stack name, or None."""
-    if PULUMI_STACK_NAME.fullmatch(name):
-        return None
-    return (f"stack name {name[:120]!r} is not one Pulumi accepts; allowed: 1 to 100 letters, digits, '-', '_' "
-            "or '.'")
 
 
 def model_context() -> int:
     """The longest sequence Kimi K3 takes (recipes/model.yaml, text.max_position_embeddings)."""
     from kimi_k3.data import recipe_file
+
     return int(recipe_file("model.yaml")["text"]["max_position_embeddings"])
 
 
@@ -99,16 +91,18 @@ def context_tokens(text: str) -> int:
 
 
 def year_month(text: str) -> str:
-    """A date YYYY-MM or YYYY-MM-DD (as the stack file's kimi-k3:pricing.asOf, kimi_k3/config.py)."""
+    """A date YYYY-MM or YYYY-MM-DD (as the stack file's kimi-k3:pricing.asOf, kimi_k3/config/stack.py)."""
     import datetime
+
     m = re.fullmatch(r"(\d{4})-(\d{2})(?:-(\d{2}))?", text)
     try:
         if m is None:
             raise ValueError
         datetime.date(int(m[1]), int(m[2]), int(m[3] or 1))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a date; allowed: YYYY-MM or YYYY-MM-DD, e.g. 2026-10") \
-            from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a date; allowed: YYYY-MM or YYYY-MM-DD, e.g. 2026-10"
+        ) from None
     return text
 
 
@@ -135,10 +129,12 @@ def seconds_window(text: str) -> tuple[float, float]:
 
 def bounded(least: float, most: float) -> Callable[[str], float]:
     """A finite number in [least, most]."""
+
     def parse(text: str) -> float:
         value = finite(text)
         if not least <= value <= most:
             raise argparse.ArgumentTypeError(f"{text} is out of range; allowed: {least:g} to {most:g}")
         return value
+
     parse.__name__ = f"number in [{least:g}, {most:g}]"
     return parse

@@ -1,12 +1,12 @@
 """`kimi-k3 check TARGET...`: the policy pack's rules, offline.
 
-TARGET is a stack name (rendered with kimi_k3.commands.render.render_stack), a `kimi-k3 render` output directory
+TARGET is a stack name (rendered with kimi_k3.offline.synth.render_stack), a `kimi-k3 render` output directory
 (manifests.yaml, optionally resources.json) or any YAML file of Kubernetes objects, such as an upstream
 Dynamo recipe. Exit status 1 when a mandatory rule fails, 0 otherwise.
 
 `--against PREVIOUS` also runs the upgrade rules (policies/rules/upgrades.py) on the change from PREVIOUS to the
 target: PREVIOUS is a `kimi-k3 render` directory or a `pulumi stack export` file. What Pulumi would do to each
-resource is classified by kimi_k3.replacement; a replaced or deleted graph or model cache fails the check.
+resource is classified by kimi_k3.offline.replacement; a replaced or deleted graph or model cache fails the check.
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import yaml
 
-from policies import rules
-
 from kimi_k3 import shape
+from kimi_k3.config.stack_files import StackError, project_root, stack_names, unknown_stack_message
 from kimi_k3.errors import UserError, did_you_mean, read_text, yaml_error_message
-from kimi_k3.stacks import StackError, project_root, stack_names, unknown_stack_message
+from policies import rules
+from policies.rules import base, upgrades
 
 
 @dataclasses.dataclass(frozen=True)
 class Loaded:
     objects: list[dict]
-    resources: Optional[list[rules.ResourceInfo]]  # None: manifests only
-    records: Optional[list[dict]] = None           # resources.json records, where known
-    malformed: tuple[rules.Violation, ...] = ()    # documents that are not well-formed objects (kimi_k3.shape)
+    resources: Optional[list[base.ResourceInfo]]  # None: manifests only
+    records: Optional[list[dict]] = None  # resources.json records, where known
+    malformed: tuple[base.Violation, ...] = ()  # documents that are not well-formed objects (kimi_k3.shape)
 
 
 def yaml_objects(text: str, source: str = "input") -> list[dict]:
@@ -58,16 +58,16 @@ def _documents(text: str, source: str) -> list[Any]:
             raise UserError(yaml_error_message(source, exc)) from None
 
 
-def shape_violation(where: str, obj: Any, problem: Any) -> rules.Violation:
-    return rules.Violation(rules.SHAPE_RULE, f"{where} ({rules.safe_target(obj)})", str(problem), rules.MANDATORY)
+def shape_violation(where: str, obj: Any, problem: Any) -> base.Violation:
+    return base.Violation(base.SHAPE_RULE, f"{where} ({base.safe_target(obj)})", str(problem), base.MANDATORY)
 
 
-def located_objects(docs: Sequence[Any], source: str) -> tuple[list[dict], list[rules.Violation]]:
+def located_objects(docs: Sequence[Any], source: str) -> tuple[list[dict], list[base.Violation]]:
     """(well-formed objects, a violation per shape problem naming the file, document number and JSON path).
 
     Empty documents are skipped (as kubectl does); a `kind: List` contributes its items."""
     objects: list[dict] = []
-    malformed: list[rules.Violation] = []
+    malformed: list[base.Violation] = []
 
     def add(obj: Any, where: str) -> None:
         problems = shape.problems(obj)
@@ -83,8 +83,13 @@ def located_objects(docs: Sequence[Any], source: str) -> tuple[list[dict], list[
         if isinstance(doc, dict) and doc.get("kind") == "List":
             items = doc.get("items")
             if not isinstance(items, list):
-                malformed.append(shape_violation(where, doc, shape.Problem(
-                    "items", f"{shape.found(items)}; allowed: a list of Kubernetes objects")))
+                malformed.append(
+                    shape_violation(
+                        where,
+                        doc,
+                        shape.Problem("items", f"{shape.found(items)}; allowed: a list of Kubernetes objects"),
+                    )
+                )
                 continue
             for i, item in enumerate(items):
                 add(item, f"{where} items[{i}]")
@@ -93,23 +98,33 @@ def located_objects(docs: Sequence[Any], source: str) -> tuple[list[dict], list[
     return objects, malformed
 
 
-def _kubernetes_objects(text: str, source: str) -> tuple[list[dict], list[rules.Violation]]:
+def _kubernetes_objects(text: str, source: str) -> tuple[list[dict], list[base.Violation]]:
     """The objects of a file given to check (at least one document with apiVersion and kind) and its malformed
     documents."""
     docs = _documents(text, source)
     mappings = [d for d in docs if isinstance(d, dict)]
     if not any(d.get("apiVersion") is not None and d.get("kind") is not None for d in mappings):
-        found = (f"{len(mappings)} mapping(s) without apiVersion/kind" if mappings else
-                 f"{len(docs) - docs.count(None)} non-mapping document(s)" if len(docs) > docs.count(None) else
-                 "no YAML documents")
-        raise UserError(f"{source}: no Kubernetes objects ({found}); allowed: YAML documents with apiVersion and "
-                        "kind, e.g. a Dynamo recipe's deploy.yaml, or a stack name")
+        found = (
+            f"{len(mappings)} mapping(s) without apiVersion/kind"
+            if mappings
+            else f"{len(docs) - docs.count(None)} non-mapping document(s)"
+            if len(docs) > docs.count(None)
+            else "no YAML documents"
+        )
+        raise UserError(
+            f"{source}: no Kubernetes objects ({found}); allowed: YAML documents with apiVersion and "
+            "kind, e.g. a Dynamo recipe's deploy.yaml, or a stack name"
+        )
     return located_objects(docs, source)
 
 
-def resource_infos(resources: Iterable[Mapping[str, Any]]) -> list[rules.ResourceInfo]:
-    return [rules.resource_info(r["type"], r["name"], r.get("inputs") or {}, bool(r.get("protect")),
-                                bool(r.get("retainOnDelete"))) for r in resources]
+def resource_infos(resources: Iterable[Mapping[str, Any]]) -> list[base.ResourceInfo]:
+    return [
+        base.resource_info(
+            r["type"], r["name"], r.get("inputs") or {}, bool(r.get("protect")), bool(r.get("retainOnDelete"))
+        )
+        for r in resources
+    ]
 
 
 def _records(doc: Any, t: shape.T, where: str, allowed: str) -> None:
@@ -129,8 +144,10 @@ def load(target: str) -> Loaded:
     if path.is_dir():
         manifests = path / "manifests.yaml"
         if not manifests.is_file():
-            raise UserError(f"{target}: a directory, but not a render directory (no manifests.yaml); allowed: the "
-                            "output of `kimi-k3 render` (build/STACK), a YAML file or a stack name")
+            raise UserError(
+                f"{target}: a directory, but not a render directory (no manifests.yaml); allowed: the "
+                "output of `kimi-k3 render` (build/STACK), a YAML file or a stack name"
+            )
         res_file = path / "resources.json"
         resources = records = None
         if res_file.is_file():
@@ -150,18 +167,24 @@ def load(target: str) -> Loaded:
     if path.is_file():
         stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
         if path.name == f"Pulumi.{stack}.yaml" and stack in stack_names(path.parent):
-            raise UserError(f"{target}: a stack file, not Kubernetes objects; give the stack name to check its "
-                            f"render: kimi-k3 check {stack}")
+            raise UserError(
+                f"{target}: a stack file, not Kubernetes objects; give the stack name to check its "
+                f"render: kimi-k3 check {stack}"
+            )
         objects, malformed = _kubernetes_objects(read_text(path, "file"), target)
         return Loaded(objects, None, None, tuple(malformed))
     if _looks_like_path(target) or target not in stack_names(root):
         stacks = ", ".join(stack_names(root))
         if _looks_like_path(target):
             near = did_you_mean(path.name, [p.name for p in path.parent.glob("*")]) if path.parent.is_dir() else ""
-            raise UserError(f"{target}: no such file or directory{near}; allowed: a YAML file of Kubernetes objects, "
-                            f"a render directory or a stack ({stacks})")
+            raise UserError(
+                f"{target}: no such file or directory{near}; allowed: a YAML file of Kubernetes objects, "
+                f"a render directory or a stack ({stacks})"
+            )
         raise UserError(unknown_stack_message(target, root) + "; or a YAML file or render directory")
-    from .render import render_shared_stack  # imported here: rendering needs the whole Pulumi program, a file does not
+    from kimi_k3.commands.render import (
+        render_shared_stack,  # imported here: rendering needs the whole Pulumi program, a file does not
+    )
 
     rendered = render_shared_stack(target)
     objects, malformed = located_objects(rendered.objects, f"{target} (rendered)")
@@ -170,18 +193,22 @@ def load(target: str) -> Loaded:
 
 def previous_records(path: str) -> list[dict]:
     """Resource records of the deployed side: a render directory's resources.json, or `pulumi stack export`."""
-    from kimi_k3.replacement import records_from_state
+    from kimi_k3.offline.state import records_from_state
 
     p = Path(path)
     if p.is_dir():
         p = p / "resources.json"
     if not p.is_file():
-        raise UserError(f"--against {path}: no such file; allowed: a render directory with resources.json or a "
-                        "`pulumi stack export` file")
+        raise UserError(
+            f"--against {path}: no such file; allowed: a render directory with resources.json or a "
+            "`pulumi stack export` file"
+        )
     try:
         doc = json.loads(read_text(p, "--against"))
     except json.JSONDecodeError as exc:
-        raise UserError(f"--against {p}: not JSON ({exc}); allowed: resources.json or `pulumi stack export` output") from None
+        raise UserError(
+            f"--against {p}: not JSON ({exc}); allowed: resources.json or `pulumi stack export` output"
+        ) from None
     if isinstance(doc, dict) and "deployment" in doc:
         _records(doc, shape.STATE_EXPORT, f"--against {p}", "`pulumi stack export` output (deployment.resources)")
         return records_from_state(doc)
@@ -197,8 +224,10 @@ LEVELS = ("advisory", "mandatory", "remediate", "disabled")  # Pulumi's enforcem
 def _check_value(where: str, value: Any, schema: Mapping[str, Any]) -> None:
     kind = schema.get("type")
     if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
-        raise UserError(f"{where} = {json.dumps(value)}: allowed: a whole number"
-                        + (f" >= {schema['minimum']}" if "minimum" in schema else ""))
+        raise UserError(
+            f"{where} = {json.dumps(value)}: allowed: a whole number"
+            + (f" >= {schema['minimum']}" if "minimum" in schema else "")
+        )
     if kind == "integer" and "minimum" in schema and value < schema["minimum"]:
         raise UserError(f"{where} = {value}: allowed: a whole number >= {schema['minimum']}")
 
@@ -224,13 +253,17 @@ def load_config(path: Optional[str]) -> dict[str, dict[str, Any]]:
         if isinstance(value, str):
             value = {"enforcementLevel": value}
         if not isinstance(value, dict):
-            raise UserError(f"{where} = {json.dumps(value, default=str)}: allowed: an enforcement level "
-                            f"({', '.join(LEVELS)}) or a mapping of settings")
+            raise UserError(
+                f"{where} = {json.dumps(value, default=str)}: allowed: an enforcement level "
+                f"({', '.join(LEVELS)}) or a mapping of settings"
+            )
         schema = {} if name == "all" else dict(rules.RULES_BY_NAME[name].config_schema)
         for key, v in value.items():
             if key == "enforcementLevel":
                 if v not in LEVELS:
-                    raise UserError(f"{where}.enforcementLevel = {json.dumps(v, default=str)}: allowed: {', '.join(LEVELS)}")
+                    raise UserError(
+                        f"{where}.enforcementLevel = {json.dumps(v, default=str)}: allowed: {', '.join(LEVELS)}"
+                    )
             elif key not in schema:
                 allowed = ", ".join(["enforcementLevel", *schema])
                 raise UserError(f"{where}.{key}: unknown setting{did_you_mean(str(key), schema)}; allowed: {allowed}")
@@ -247,19 +280,19 @@ def rule_settings(config: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str
 
 def level_of(rule: str, default: str, config: Mapping[str, Mapping[str, Any]]) -> str:
     """The enforcement level a policy config gives a rule (its own entry, then `all`, then the rule's)."""
-    return (config.get(rule, {}).get("enforcementLevel") or config.get("all", {}).get("enforcementLevel")
-            or default)
+    return config.get(rule, {}).get("enforcementLevel") or config.get("all", {}).get("enforcementLevel") or default
 
 
-def format_lines(violations: Sequence[rules.Violation], skipped: Sequence[rules.NotEvaluated]) -> list[str]:
-    lines = [f"{v.rule}  {v.target}  {v.message}" + ("  [advisory]" if v.level == rules.ADVISORY else "")
-             for v in violations]
+def format_lines(violations: Sequence[base.Violation], skipped: Sequence[base.NotEvaluated]) -> list[str]:
+    lines = [
+        f"{v.rule}  {v.target}  {v.message}" + ("  [advisory]" if v.level == base.ADVISORY else "") for v in violations
+    ]
     lines += [f"{s.rule}  {s.target}  not evaluated: {s.reason}" for s in skipped]
     return lines
 
 
 def _counts(classes) -> dict[str, int]:
-    from kimi_k3.replacement import summary as action_counts
+    from kimi_k3.offline.replacement import summary as action_counts
 
     return action_counts(classes)
 
@@ -269,9 +302,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("targets", nargs="+", metavar="TARGET")
     parser.add_argument("--json", action="store_true", help="print a JSON report instead of lines")
     parser.add_argument("--config", metavar="FILE", help="policy config (JSON/YAML, rule -> {key: value})")
-    parser.add_argument("--against", metavar="PREVIOUS", help="also check the change from PREVIOUS (a render "
-                        "directory or `pulumi stack export` output) to TARGET: the graph and the cache must not be "
-                        "replaced")
+    parser.add_argument(
+        "--against",
+        metavar="PREVIOUS",
+        help="also check the change from PREVIOUS (a render "
+        "directory or `pulumi stack export` output) to TARGET: the graph and the cache must not be "
+        "replaced",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -294,30 +331,47 @@ def run(args: argparse.Namespace) -> int:
         violations = [*loaded.malformed, *violations]  # shape problems first, by file and document
         if against:
             if loaded.records is None:
-                raise UserError(f"kimi-k3 check --against: {target} has no Pulumi resources (resources.json); "
-                                "allowed: a stack or a render directory")
+                raise UserError(
+                    f"kimi-k3 check --against: {target} has no Pulumi resources (resources.json); "
+                    "allowed: a stack or a render directory"
+                )
             previous = previous_records(against)
             try:
-                classes, changes = rules.run_transition_rules(previous, loaded.records)
+                classes, changes = upgrades.run_transition_rules(previous, loaded.records)
             except (AttributeError, KeyError, TypeError, ValueError) as exc:  # inputs of a shape no rule expects
-                raise UserError(f"--against {against}: its resources cannot be compared with {target}'s "
-                                f"({type(exc).__name__}: {str(exc)[:200]}); allowed: resources.json of a kimi-k3 "
-                                "render or `pulumi stack export` output of this program") from None
+                raise UserError(
+                    f"--against {against}: its resources cannot be compared with {target}'s "
+                    f"({type(exc).__name__}: {str(exc)[:200]}); allowed: resources.json of a kimi-k3 "
+                    "render or `pulumi stack export` output of this program"
+                ) from None
             violations = sorted(violations + changes)
             counts = ", ".join(f"{n} {a}" for a, n in _counts(classes).items() if n)
             print(f"# {target} against {against}: {counts}", file=sys.stderr)
         levels = {r.name: level_of(r.name, r.level, config) for r in rules.RULES}
-        levels.update({r.name: level_of(r.name, r.level, config) for r in rules.TRANSITION_RULES})
-        violations = [dataclasses.replace(v, level=rules.ADVISORY if levels[v.rule] == "advisory" else
-                                          rules.MANDATORY) for v in violations if levels[v.rule] != "disabled"]
+        levels.update({r.name: level_of(r.name, r.level, config) for r in upgrades.TRANSITION_RULES})
+        violations = [
+            dataclasses.replace(v, level=base.ADVISORY if levels[v.rule] == "advisory" else base.MANDATORY)
+            for v in violations
+            if levels[v.rule] != "disabled"
+        ]
         skipped = [s for s in skipped if levels[s.rule] != "disabled"]
-        failed |= any(v.level == rules.MANDATORY for v in violations)
+        failed |= any(v.level == base.MANDATORY for v in violations)
         reports.append((target, loaded, violations, skipped, levels))
     if args.json:
-        print(json.dumps([{"target": t, "violations": [dataclasses.asdict(v) for v in vs],
-                           "not_evaluated": [dataclasses.asdict(s) for s in ss],
-                           "checked": checked(loaded, vs, ss, levels)}
-                          for t, loaded, vs, ss, levels in reports], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "target": t,
+                        "violations": [dataclasses.asdict(v) for v in vs],
+                        "not_evaluated": [dataclasses.asdict(s) for s in ss],
+                        "checked": checked(loaded, vs, ss, levels),
+                    }
+                    for t, loaded, vs, ss, levels in reports
+                ],
+                indent=2,
+            )
+        )
     else:
         for target, loaded, violations, skipped, levels in reports:
             if len(reports) > 1:
@@ -328,24 +382,39 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def checked(loaded: Loaded, violations: Sequence[rules.Violation], skipped: Sequence[rules.NotEvaluated],
-            levels: Mapping[str, str]) -> dict[str, Any]:
+def checked(
+    loaded: Loaded,
+    violations: Sequence[base.Violation],
+    skipped: Sequence[base.NotEvaluated],
+    levels: Mapping[str, str],
+) -> dict[str, Any]:
     """What a check looked at: objects, resources, and per rule whether it passed, failed or was not evaluated."""
     enabled = [r.name for r in rules.RULES if levels[r.name] != "disabled"]
     failing = {v.rule for v in violations}
     not_evaluated = {s.rule for s in skipped} - failing
-    return {"objects": len(loaded.objects), "malformed": len({v.target for v in loaded.malformed}), "resources": None if loaded.resources is None else len(loaded.resources),
-            "rules": len(enabled), "passed": sorted(set(enabled) - failing - not_evaluated),
-            "failed": sorted(failing), "not_evaluated": sorted(not_evaluated),
-            "disabled": sorted(r.name for r in rules.RULES if levels[r.name] == "disabled")}
+    return {
+        "objects": len(loaded.objects),
+        "malformed": len({v.target for v in loaded.malformed}),
+        "resources": None if loaded.resources is None else len(loaded.resources),
+        "rules": len(enabled),
+        "passed": sorted(set(enabled) - failing - not_evaluated),
+        "failed": sorted(failing),
+        "not_evaluated": sorted(not_evaluated),
+        "disabled": sorted(r.name for r in rules.RULES if levels[r.name] == "disabled"),
+    }
 
 
 def summary(target: str, c: Mapping[str, Any]) -> str:
     """The closing line: what was checked, so a clean result says what it covers."""
-    kinds = (f"{c['objects']} Kubernetes objects" + (f" and {c['malformed']} malformed documents" if c["malformed"] else "")
-             + ("" if c["resources"] is None else f", {c['resources']} Pulumi resources"))
-    line = (f"{target}: {kinds}; {c['rules']} rules: {len(c['passed'])} passed, {len(c['failed'])} with violations, "
-            f"{len(c['not_evaluated'])} not evaluated")
+    kinds = (
+        f"{c['objects']} Kubernetes objects"
+        + (f" and {c['malformed']} malformed documents" if c["malformed"] else "")
+        + ("" if c["resources"] is None else f", {c['resources']} Pulumi resources")
+    )
+    line = (
+        f"{target}: {kinds}; {c['rules']} rules: {len(c['passed'])} passed, {len(c['failed'])} with violations, "
+        f"{len(c['not_evaluated'])} not evaluated"
+    )
     if c["not_evaluated"]:
         line += f" ({', '.join(c['not_evaluated'])}; reasons above)"
     if c["disabled"]:

@@ -1,4 +1,5 @@
 """`kimi-k3`: the offline commands. A shell over the same modules `pulumi up` uses, never a second implementation."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,7 @@ class Parser(argparse.ArgumentParser):
 
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("kimi-k3")
     except PackageNotFoundError:  # run from a checkout without `pip install -e .`

@@ -7,34 +7,46 @@ import json
 import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from pathlib import Path
-
-from kimi_k3 import aws, planner
 from kimi_k3.atomic import write_with
+from kimi_k3.aws import nodes as aws
+from kimi_k3.blueprint import _from_graph, _rebudget, stack_plan
+from kimi_k3.commands import plan_perf
+from kimi_k3.commands.argtypes import context_tokens, fraction, model_context, nonempty, positive, whole, year_month
+from kimi_k3.config.stack_files import StackError, stack_name_problem
 from kimi_k3.errors import UserError
-from kimi_k3.stacks import StackError
-
-from . import plan_perf
-from .argtypes import (context_tokens, fraction, model_context, nonempty, positive, whole,  # noqa: F401 (argtypes.py)
-                       stack_name_problem, year_month)
+from kimi_k3.facts import model
+from kimi_k3.facts import platforms as facts_platforms
+from kimi_k3.sizing import cost as planner
+from kimi_k3.sizing import memory
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("plan", description=__doc__, epilog=TERMS,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "plan", description=__doc__, epilog=TERMS, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("stack", nargs="?", help="stack name (reads its serving graph); omit with --gpu/--tp")
     p.add_argument("--gpu", help="ad hoc role: platform key from recipes/platforms.yaml")
     p.add_argument("--tp", type=whole(1), help="ad hoc role: tensor-parallel size")
     p.add_argument("--dcp", type=whole(1), default=1, help="decode context parallel size (splits MLA KV tokens)")
-    p.add_argument("--gpu-memory-utilization", type=fraction, default=0.9, help="share of GPU memory vLLM may use, (0, 1]")
+    p.add_argument(
+        "--gpu-memory-utilization", type=fraction, default=0.9, help="share of GPU memory vLLM may use, (0, 1]"
+    )
     p.add_argument("--kv-cache-dtype", choices=("fp8", "bf16"), default="fp8")
     p.add_argument("--spec-tokens", type=whole(0), default=0, help="speculative tokens per step")
-    p.add_argument("--prefix-caching", action="store_true",
-                   help="ad hoc role: the worker runs --enable-prefix-caching (vLLM keeps KDA state in 'align' mode)")
-    p.add_argument("--max-model-len", type=context_tokens, default=1048576,
-                   help="context per request vLLM is started with (1 to the model's 1,048,576)")
+    p.add_argument(
+        "--prefix-caching",
+        action="store_true",
+        help="ad hoc role: the worker runs --enable-prefix-caching (vLLM keeps KDA state in 'align' mode)",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=context_tokens,
+        default=1048576,
+        help="context per request vLLM is started with (1 to the model's 1,048,576)",
+    )
     p.add_argument("--kv-budget-gib", type=positive, help="use this KV pool per GPU instead of the computed one")
     p.add_argument("--replicas", type=whole(1), default=1, help="ad hoc role: worker replicas")
     p.add_argument("--instance-hour-usd", type=positive, help="price of one instance-hour (needs --price-source)")
@@ -43,8 +55,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--output-tokens-per-second", type=positive, help="stack output throughput for $/Mtok")
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
     p.add_argument("--plot", metavar="FILE.png", help="draw capacity and cost vs context length per role")
-    p.add_argument("--trace", metavar="FILE", help="a mooncake_trace JSONL file (kimi-k3 rehearse --trace): print its "
-                   "uncached input, output and arrival rate, and the prefill:decode workers it needs on STACK")
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="a mooncake_trace JSONL file (kimi-k3 rehearse --trace): print its "
+        "uncached input, output and arrival rate, and the prefill:decode workers it needs on STACK",
+    )
     plan_perf.add_arguments(p)
     p.set_defaults(func=run)
     return p
@@ -52,9 +68,19 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 # Flags of the ad hoc role (their defaults): with a STACK they would be silently ignored.
-AD_HOC_ONLY = {"tp": None, "dcp": 1, "gpu_memory_utilization": 0.9, "kv_cache_dtype": "fp8", "spec_tokens": 0,
-               "prefix_caching": False, "max_model_len": 1048576, "replicas": 1, "instance_hour_usd": None,
-               "price_source": None, "price_as_of": None}
+AD_HOC_ONLY = {
+    "tp": None,
+    "dcp": 1,
+    "gpu_memory_utilization": 0.9,
+    "kv_cache_dtype": "fp8",
+    "spec_tokens": 0,
+    "prefix_caching": False,
+    "max_model_len": 1048576,
+    "replicas": 1,
+    "instance_hour_usd": None,
+    "price_source": None,
+    "price_as_of": None,
+}
 
 
 def wrote(path: str) -> None:
@@ -70,113 +96,99 @@ def check_plot_path(path: str, flag: str = "--plot") -> None:
 def check_output_path(path: str, flag: str, formats: tuple[str, ...]) -> None:
     target = Path(path)
     if target.suffix.lower() not in formats:
-        raise UserError(f"{flag} {path}: unsupported file type {target.suffix or '(none)'!r}; allowed: a file name "
-                        f"ending in {', '.join(formats)}, e.g. plan{formats[0]}")
+        raise UserError(
+            f"{flag} {path}: unsupported file type {target.suffix or '(none)'!r}; allowed: a file name "
+            f"ending in {', '.join(formats)}, e.g. plan{formats[0]}"
+        )
     parent = target.parent
     if not parent.is_dir():
         raise UserError(f"{flag} {path}: directory {parent} does not exist; create it first or choose another path")
-    if target.is_dir() or not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+    if (
+        target.is_dir()
+        or not os.access(parent, os.W_OK | os.X_OK)
+        or (target.exists() and not os.access(target, os.W_OK))
+    ):
         raise UserError(f"{flag} {path}: cannot be written here")
 
 
-def _pricing(args: argparse.Namespace, platform: planner.Platform) -> planner.Pricing | None:
+def _pricing(args: argparse.Namespace, platform: facts_platforms.Platform) -> planner.Pricing | None:
     if args.instance_hour_usd is None:
         return None
     if not args.price_source or not args.price_as_of:
         raise ValueError("--instance-hour-usd needs --price-source and --price-as-of")
-    return planner.Pricing(instance_hour_usd=args.instance_hour_usd, gpus_per_instance=platform.gpus_per_node,
-                           source=args.price_source, as_of=args.price_as_of)
+    return planner.Pricing(
+        instance_hour_usd=args.instance_hour_usd,
+        gpus_per_instance=platform.gpus_per_node,
+        source=args.price_source,
+        as_of=args.price_as_of,
+    )
 
 
 def _adhoc(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
-    platforms = planner.load_platforms()
+    platforms = facts_platforms.load_platforms()
     if args.gpu not in platforms:
-        raise UserError(f"--gpu {args.gpu!r}: unknown platform; allowed: {', '.join(sorted(platforms))} "
-                        "(recipes/platforms.yaml)")
+        raise UserError(
+            f"--gpu {args.gpu!r}: unknown platform; allowed: {', '.join(sorted(platforms))} (recipes/platforms.yaml)"
+        )
     platform = platforms[args.gpu]
-    facts = planner.load_model_facts()
+    facts = model.load_model_facts()
     gpn = platform.gpus_per_node
     # A TP group fills whole nodes within one NVLink domain and divides the heads.
-    allowed = [tp for tp in range(1, platform.nvlink_domain_nodes * gpn + 1)
-               if tp % gpn == 0 and facts.mla_heads % tp == 0 and facts.kda_heads % tp == 0]
+    allowed = [
+        tp
+        for tp in range(1, platform.nvlink_domain_nodes * gpn + 1)
+        if tp % gpn == 0 and facts.mla_heads % tp == 0 and facts.kda_heads % tp == 0
+    ]
     if args.tp not in allowed:
-        raise UserError(f"--tp {args.tp}: not a TP Kimi K3 can use on {args.gpu} (whole {gpn}-GPU nodes within one "
-                        f"NVLink domain of {platform.nvlink_domain_nodes} nodes, dividing the {facts.mla_heads} "
-                        f"heads); allowed: {', '.join(map(str, allowed))}")
+        raise UserError(
+            f"--tp {args.tp}: not a TP Kimi K3 can use on {args.gpu} (whole {gpn}-GPU nodes within one "
+            f"NVLink domain of {platform.nvlink_domain_nodes} nodes, dividing the {facts.mla_heads} "
+            f"heads); allowed: {', '.join(map(str, allowed))}"
+        )
     if args.dcp > args.tp or args.tp % args.dcp:
         raise UserError(f"--dcp {args.dcp}: must divide --tp {args.tp}")
     nodes = max(1, -(-args.tp // gpn))
-    role = planner.RoleSpec(name="worker", gpu=args.gpu, tp=args.tp, nodes_per_replica=nodes,
-                            replicas=args.replicas, gpu_memory_utilization=args.gpu_memory_utilization,
-                            kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len,
-                            spec_tokens=args.spec_tokens, dcp=args.dcp, prefix_caching=args.prefix_caching)
-    stack = planner.plan_stack([role], _pricing(args, platform),
-                               output_tokens_per_second=args.output_tokens_per_second)
+    role = memory.RoleSpec(
+        name="worker",
+        gpu=args.gpu,
+        tp=args.tp,
+        nodes_per_replica=nodes,
+        replicas=args.replicas,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        max_model_len=args.max_model_len,
+        spec_tokens=args.spec_tokens,
+        dcp=args.dcp,
+        prefix_caching=args.prefix_caching,
+    )
+    stack = planner.plan_stack([role], _pricing(args, platform), output_tokens_per_second=args.output_tokens_per_second)
     if args.kv_budget_gib is not None:
         stack = _rebudget(stack, args.kv_budget_gib)
     return stack, f"ad hoc {args.gpu} TP{args.tp}"
 
 
-def _rebudget(stack: planner.StackPlan, budget_gib: float) -> planner.StackPlan:
-    roles = []
-    for r in stack.roles:
-        s = r.spec
-        room = r.plan.to_json()["kv_pool_gib_per_gpu"]  # what the GPU has left after weights and the reserve
-        if budget_gib > room:
-            raise UserError(f"--kv-budget-gib {budget_gib:g}: more than the {room:.2f} GiB per GPU that role "
-                            f"{s.name} ({s.gpu} TP{s.tp}, util {s.gpu_memory_utilization}) has left after weights "
-                            f"and the activation reserve; allowed: a number > 0 and <= {room:.2f}")
-        plan = planner.plan_role(s.gpu, s.tp, dcp=s.dcp, gpu_memory_utilization=s.gpu_memory_utilization,
-                                 kv_cache_dtype=s.kv_cache_dtype, spec_tokens=s.spec_tokens,
-                                 max_model_len=s.max_model_len, kv_budget_gib=budget_gib,
-                                 prefix_caching=s.prefix_caching)
-        roles.append(replace(r, plan=replace(plan, load_seconds=r.plan.load_seconds)))
-    return replace(stack, roles=tuple(roles))
-
-
-def _from_graph(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
-    from kimi_k3.stacks import load_stack
-
-    from kimi_k3.graph import role_flag, role_prefix_caching
-
-    cfg, graph = load_stack(args.stack)
-    roles = [planner.RoleSpec(name=r.key, gpu=graph.platform.name, tp=r.tp, nodes_per_replica=r.nodes_per_replica,
-                              replicas=r.replicas, gpu_memory_utilization=r.gpu_memory_utilization,
-                              kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len, dcp=r.dcp,
-                              load_format=role_flag(r, "--load-format", "auto"), prefix_caching=role_prefix_caching(r))
-             for r in graph.roles]
-    billed = None
-    if cfg.cluster.mode == "eks":  # a Capacity Block is paid whole: the reservation's instances, used or not
-        nodes = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes)
-        billed = nodes.max_nodes if nodes.capacity_type == "CAPACITY_BLOCK" else None
-    pricing = None if cfg.pricing is None else planner.Pricing(
-        instance_hour_usd=cfg.pricing.instance_hour_usd, gpus_per_instance=graph.platform.gpus_per_node,
-        source=cfg.pricing.source, as_of=cfg.pricing.as_of, billed_instances=billed)
-    fsx = cfg.storage.fsx  # the stack's filesystem size and tier set its aggregate throughput
-    stack = planner.plan_stack(roles, pricing, planner.load_storage_backends(fsx.storage_capacity_gib,
-                                                                             fsx.per_unit_storage_throughput),
-                               output_tokens_per_second=args.output_tokens_per_second)
-    if args.kv_budget_gib is not None:
-        stack = _rebudget(stack, args.kv_budget_gib)
-    return stack, f"stack {args.stack}"
-
-
-TRACE_MAX_BYTES = 256 << 20      # read whole; the FAST'25 hour is 3 MB
+TRACE_MAX_BYTES = 256 << 20  # read whole; the FAST'25 hour is 3 MB
 
 
 def plan_trace(args: argparse.Namespace) -> int:
-    """`plan STACK --trace FILE`: the P:D ratio the trace needs at the stack's TPs (kimi_k3/trace_plan.py)."""
-    from kimi_k3 import perf, trace_cache, trace_plan
-    from kimi_k3.stacks import load_stack
+    """`plan STACK --trace FILE`: the P:D ratio the trace needs at the stack's TPs (kimi_k3/sizing/trace_plan.py)."""
+    from kimi_k3.blueprint import load_stack
+    from kimi_k3.sizing import perf, trace_cache, trace_plan
+
     if not args.stack:
         raise UserError(f"--trace {args.trace}: give the STACK whose layout it sizes (kimi-k3 plan STACK --trace FILE)")
     try:
         _, graph = load_stack(args.stack)
         lines = trace_cache.read_lines(args.trace, "--trace", TRACE_MAX_BYTES)
-        _, requests = trace_cache.select(lines, f"--trace {args.trace}", limit=10 ** 7)
+        _, requests = trace_cache.select(lines, f"--trace {args.trace}", limit=10**7)
         layout = plan_perf.layout_of(stack_plan(args.stack))
-        r = trace_plan.pd_ratio(requests, gpu=layout.gpu, prefill_tp=layout.prefill_tp or layout.tp,
-                                decode_tp=layout.tp, block_size=graph.block_size)
+        r = trace_plan.pd_ratio(
+            requests,
+            gpu=layout.gpu,
+            prefill_tp=layout.prefill_tp or layout.tp,
+            decode_tp=layout.tp,
+            block_size=graph.block_size,
+        )
     except (trace_cache.TraceError, perf.PerfError, StackError) as e:
         print(f"kimi-k3 plan {args.stack}: {e}", file=sys.stderr)
         return 2
@@ -184,36 +196,35 @@ def plan_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def stack_plan(name: str) -> planner.StackPlan:
-    """A stack's plan as `kimi-k3 plan NAME` computes it (its own pricing, storage and roles)."""
-    args = argparse.Namespace(stack=name, output_tokens_per_second=None, kv_budget_gib=None)
-    return _from_graph(args)[0]
-
-
 def _bounds(stack_name: str):
-    """Replica bounds for an autoscaler, from the Capacity Block (kimi_k3/rollout.py)."""
-    from kimi_k3 import critical_path, rollout
-    from kimi_k3.stacks import load_stack
+    """Replica bounds for an autoscaler, from the Capacity Block (kimi_k3/graph/rollout.py)."""
+    from kimi_k3.blueprint import load_stack
+    from kimi_k3.graph import durations, rollout
 
     cfg, graph = load_stack(stack_name)
-    if graph.autoscaling is not None:  # kimi-k3:serving.autoscaling: the planner's own bounds (kimi_k3/autoscaling.py)
+    if (
+        graph.autoscaling is not None
+    ):  # kimi-k3:serving.autoscaling: the planner's own bounds (kimi_k3/graph/autoscaling.py)
         return graph.autoscaling
-    reservation = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes).max_nodes if cfg.cluster.mode == "eks" else None
-    est = critical_path.estimates(cfg, graph)
-    return rollout.scaling_bounds(graph, reservation, graph.platform.gpus_per_node,
-                                  est.load_seconds + est.of("worker_warmup"))
+    reservation = (
+        aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes).max_nodes if cfg.cluster.mode == "eks" else None
+    )
+    est = durations.estimates(cfg, graph)
+    return rollout.scaling_bounds(
+        graph, reservation, graph.platform.gpus_per_node, est.load_seconds + est.of("worker_warmup")
+    )
 
 
 def _rollout(stack_name: str):
-    """What a rollout needs (kimi_k3/rollout.py): gaps, surge nodes vs the Capacity Block, duration."""
-    from kimi_k3 import critical_path, rollout
-    from kimi_k3.stacks import load_stack
+    """What a rollout needs (kimi_k3/graph/rollout.py): gaps, surge nodes vs the Capacity Block, duration."""
+    from kimi_k3.blueprint import load_stack
+    from kimi_k3.graph import durations, rollout
 
     cfg, graph = load_stack(stack_name)
     reservation = None
     if cfg.cluster.mode == "eks":
         reservation = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes).max_nodes
-    est = critical_path.estimates(cfg, graph)
+    est = durations.estimates(cfg, graph)
     return rollout.plan(graph, cfg.serving.rollout.surge, reservation, est.load_seconds + est.of("worker_warmup"))
 
 
@@ -222,37 +233,64 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
     for r in stack.roles:
         p, j = r.plan, r.plan.to_json()
         rows += [
-            (f"[{r.spec.name}]", f"{p.gpu} TP{p.tp} DCP{p.dcp} x{r.spec.replicas}, util {p.gpu_memory_utilization}, "
-                                 f"KV {p.kv_cache_dtype}, spec {p.spec_tokens}, prefix caching "
-                                 f"{'on' if p.prefix_caching else 'off'}, block {p.block_size}"),
+            (
+                f"[{r.spec.name}]",
+                f"{p.gpu} TP{p.tp} DCP{p.dcp} x{r.spec.replicas}, util {p.gpu_memory_utilization}, "
+                f"KV {p.kv_cache_dtype}, spec {p.spec_tokens}, prefix caching "
+                f"{'on' if p.prefix_caching else 'off'}, block {p.block_size}",
+            ),
             ("weights per GPU", f"{j['weights_gb_per_gpu'] * 1e9 / 2**30:.1f} GiB"),  # one unit: GiB
             ("activation reserve", f"{j['activation_reserve_gib']:.1f} GiB"),
             ("KV pool per GPU", f"{j['kv_pool_gib_per_gpu']:.2f} GiB"),
             ("MLA KV per token per GPU", f"{j['kv_bytes_per_token']:,.0f} B"),
             ("KDA state per request per GPU", f"{j['state_mib_per_request_per_gpu']:.1f} MiB"),
-            ("KV cache size, vLLM's log line", f"{j['kv_capacity_tokens']:,} tokens (requests at max-model-len "
-                                                 "that fit x max-model-len: see terms)"),
+            (
+                "KV cache size, vLLM's log line",
+                f"{j['kv_capacity_tokens']:,} tokens (requests at max-model-len that fit x max-model-len: see terms)",
+            ),
             ("longest one request can be", f"{j['kv_capacity_tokens_single_request']:,} tokens"),
             ("requests at once, per replica", "each request of:"),
             *[(f"  {int(c):,} tokens", str(n)) for c, n in j["max_concurrent_requests"].items()],
-            (f"fits {p.max_model_len:,} tokens", f"{'yes' if p.fits else 'NO'} (margin {p.fit_margin_gib:+.1f} GiB; "
-                                                 "one request, prompt + output)"),
+            (
+                f"fits {p.max_model_len:,} tokens",
+                f"{'yes' if p.fits else 'NO'} (margin {p.fit_margin_gib:+.1f} GiB; one request, prompt + output)",
+            ),
             *[(f"  cold start via {b}", f"{s / 60:.1f} min") for b, s in j["load_seconds"].items()],
         ]
     cost = stack.cost_per_hour_usd
     per_mtok = stack.usd_per_million_output_tokens
     rows += [
         ("[stack]", f"{stack.gpus} GPUs on {stack.nodes} nodes = {stack.gpu_hours_per_hour} GPU-hours per hour"),
-        ("cost per hour", "no price configured" if cost is None else
-         f"${cost:,.2f} ({stack.pricing.source}, {stack.pricing.as_of})"),
-        *([("  billed as", f"one Capacity Block of {stack.pricing.billed_instances} instances; the stack's "
-                           f"{stack.nodes} cost ${stack.used_cost_per_hour_usd:,.2f}")]
-          if cost is not None and stack.pricing.billed_instances else []),
-        ("$ per million output tokens", (f"${per_mtok:,.4f} (" + ("the Capacity Block billed whole"
-                                         if stack.pricing.billed_instances else "the GPUs used") + ")")
-         if per_mtok is not None else ("no price configured" if cost is None else "give --output-tokens-per-second")),
-        *([("  only the GPUs used", f"${stack.used_usd_per_million_output_tokens:,.4f} (what `plan --sla` counts)")]
-          if per_mtok is not None and stack.pricing.billed_instances else []),
+        (
+            "cost per hour",
+            "no price configured" if cost is None else f"${cost:,.2f} ({stack.pricing.source}, {stack.pricing.as_of})",
+        ),
+        *(
+            [
+                (
+                    "  billed as",
+                    f"one Capacity Block of {stack.pricing.billed_instances} instances; the stack's "
+                    f"{stack.nodes} cost ${stack.used_cost_per_hour_usd:,.2f}",
+                )
+            ]
+            if cost is not None and stack.pricing.billed_instances
+            else []
+        ),
+        (
+            "$ per million output tokens",
+            (
+                f"${per_mtok:,.4f} ("
+                + ("the Capacity Block billed whole" if stack.pricing.billed_instances else "the GPUs used")
+                + ")"
+            )
+            if per_mtok is not None
+            else ("no price configured" if cost is None else "give --output-tokens-per-second"),
+        ),
+        *(
+            [("  only the GPUs used", f"${stack.used_usd_per_million_output_tokens:,.4f} (what `plan --sla` counts)")]
+            if per_mtok is not None and stack.pricing.billed_instances
+            else []
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join([f"Kimi K3 plan: {title}", *(f"{k.ljust(width)}  {v}" for k, v in rows)])
@@ -276,10 +314,11 @@ def plan_figure(stack: planner.StackPlan, title: str):
     """The capacity and cost-per-slot figure: titled with the stack, one line per distinct curve (roles that
     draw the same curve share it and its label), the legend below both axes so it never covers data."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    contexts = list(planner.CONTEXTS)
+    contexts = list(model.CONTEXTS)
     fig, (cap, cost) = plt.subplots(1, 2, figsize=(12, 5.6))
     # Roles with the same topology draw identical curves: one line, labelled with every role it stands for.
     curves: dict[tuple, list] = {}
@@ -295,8 +334,11 @@ def plan_figure(stack: planner.StackPlan, title: str):
         line, marker = styles[i % len(styles)]
         p = roles[0].plan
         names = " = ".join(r.spec.name for r in roles)
-        label = f"{names}: {p.gpu} TP{p.tp}" + (f" DCP{p.dcp}" if p.dcp > 1 else "") + \
-            (" (same curve)" if len(roles) > 1 else "")
+        label = (
+            f"{names}: {p.gpu} TP{p.tp}"
+            + (f" DCP{p.dcp}" if p.dcp > 1 else "")
+            + (" (same curve)" if len(roles) > 1 else "")
+        )
         cap.plot(contexts, counts, linestyle=line, marker=marker, label=label)
         if slot_cost is not None:
             cost.plot(contexts, slot_cost, linestyle=line, marker=marker, label=label)
@@ -318,25 +360,37 @@ def plan_figure(stack: planner.StackPlan, title: str):
     handles, labels = cap.get_legend_handles_labels()
     fig.suptitle(f"Kimi K3 plan: {title}")
     rows = 1 + (len(labels) - 1) // 3
-    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.035), ncol=min(len(labels), 3),
-               frameon=False)
+    fig.legend(
+        handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.035), ncol=min(len(labels), 3), frameon=False
+    )
     if stack.pricing is not None:
-        fig.text(0.5, 0.005, f"price: {stack.pricing.source} ({stack.pricing.as_of})", ha="center", va="bottom",
-                 fontsize="small", wrap=True)
+        fig.text(
+            0.5,
+            0.005,
+            f"price: {stack.pricing.source} ({stack.pricing.as_of})",
+            ha="center",
+            va="bottom",
+            fontsize="small",
+            wrap=True,
+        )
     fig.tight_layout(rect=(0, 0.07 + 0.045 * rows, 1, 0.95))
     return fig
 
 
 def plot(stack: planner.StackPlan, path: str, title: str = "") -> None:
     import matplotlib.pyplot as plt
+
     fig = plan_figure(stack, title)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def run(args: argparse.Namespace) -> int:
-    for flag, image in (("--plot", args.plot), ("--pareto", getattr(args, "pareto", None)),
-                        ("--cost-plot", getattr(args, "cost_plot", None))):  # before any work
+    for flag, image in (
+        ("--plot", args.plot),
+        ("--pareto", getattr(args, "pareto", None)),
+        ("--cost-plot", getattr(args, "cost_plot", None)),
+    ):  # before any work
         if image:
             check_plot_path(image, flag)
     if args.mocker_profile:
@@ -347,11 +401,15 @@ def run(args: argparse.Namespace) -> int:
         for name, default in AD_HOC_ONLY.items():
             if getattr(args, name) != default:
                 flag = "--" + name.replace("_", "-")
-                raise UserError(f"{flag} {getattr(args, name)}: for an ad hoc role (--gpu/--tp) only; a STACK's roles "
-                                f"and price come from Pulumi.{args.stack}.yaml (or drop STACK and give --gpu and --tp)")
+                raise UserError(
+                    f"{flag} {getattr(args, name)}: for an ad hoc role (--gpu/--tp) only; a STACK's roles "
+                    f"and price come from Pulumi.{args.stack}.yaml (or drop STACK and give --gpu and --tp)"
+                )
     if args.isl + args.osl > model_context():
-        raise UserError(f"--isl {args.isl:,} + --osl {args.osl:,} = {args.isl + args.osl:,} tokens: longer than "
-                        f"Kimi K3's context; allowed: ISL + OSL <= {model_context():,}")
+        raise UserError(
+            f"--isl {args.isl:,} + --osl {args.osl:,} = {args.isl + args.osl:,} tokens: longer than "
+            f"Kimi K3's context; allowed: ISL + OSL <= {model_context():,}"
+        )
     if args.trace:
         return plan_trace(args)
     try:
@@ -385,15 +443,23 @@ def run(args: argparse.Namespace) -> int:
             out["roles"][name].update(keys)
         out["performance"] = plan_perf.to_json(stack, est, perf_error, workload, price)
         if rollout is not None:
-            out["rollout"] = {"surge": rollout.surge, "graph_nodes": rollout.graph_nodes,
-                              "surge_nodes": rollout.surge_nodes, "reservation_nodes": rollout.reservation_nodes,
-                              "surge_fits": rollout.surge_fits, "rollout_seconds": round(rollout.rollout_seconds),
-                              "roles_with_gap": [r.role for r in rollout.roles if r.gap]}
+            out["rollout"] = {
+                "surge": rollout.surge,
+                "graph_nodes": rollout.graph_nodes,
+                "surge_nodes": rollout.surge_nodes,
+                "reservation_nodes": rollout.reservation_nodes,
+                "surge_fits": rollout.surge_fits,
+                "rollout_seconds": round(rollout.rollout_seconds),
+                "roles_with_gap": [r.role for r in rollout.roles if r.gap],
+            }
         print(json.dumps(out, indent=2))
     else:
         print(render_table(stack, title))
-        rows = [row for r in stack.roles for row in [(f"[{r.spec.name}] performance", "")]
-                + plan_perf.role_rows(r.spec.name, est, perf_error)]
+        rows = [
+            row
+            for r in stack.roles
+            for row in [(f"[{r.spec.name}] performance", "")] + plan_perf.role_rows(r.spec.name, est, perf_error)
+        ]
         rows += plan_perf.stack_rows(stack, est, perf_error, workload, price)
         width = max(len(k) for k, _ in rows)
         print("\n".join(f"{k.ljust(width)}  {v}".rstrip() for k, v in rows))
@@ -419,8 +485,9 @@ def run(args: argparse.Namespace) -> int:
             write_with(args.cost_plot, lambda tmp: plan_perf.cost_plot(stack, est, title, tmp, workload, price))
             wrote(args.cost_plot)
     except OSError as exc:
-        raise UserError(f"{args.pareto or args.mocker_profile or args.cost_plot}: cannot be written "
-                        f"({exc.strerror or exc})") from None
+        raise UserError(
+            f"{args.pareto or args.mocker_profile or args.cost_plot}: cannot be written ({exc.strerror or exc})"
+        ) from None
     except ValueError as e:  # perf.PerfError: a layout or workload the model cannot answer
         print(f"kimi-k3 plan: {e}", file=sys.stderr)
         return 2

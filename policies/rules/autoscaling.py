@@ -25,12 +25,18 @@ def check_planner_owns_worker_replicas(obj: Mapping, ctx: Context) -> Iterator[R
             continue
         where = f"component {name_of(comp)}"
         if "replicas" in comp:
-            yield Finding(target_of(obj), f"{where}: replicas {comp['replicas']} is written by this program while the "
-                          "Planner scales it; the next `pulumi up` that changes anything else in the graph sends "
-                          "that count again (pulumi-kubernetes cannot ignoreChanges a field inside "
-                          "spec.components[]), and server-side apply then fails on the conflict or, forced, undoes "
-                          "the planner's choice; leave replicas unset (kimi_k3/autoscaling.py)")
+            yield Finding(
+                target_of(obj),
+                f"{where}: replicas {comp['replicas']} is written by this program while the "
+                "Planner scales it; the next `pulumi up` that changes anything else in the graph sends "
+                "that count again (pulumi-kubernetes cannot ignoreChanges a field inside "
+                "spec.components[]), and server-side apply then fails on the conflict or, forced, undoes "
+                "the planner's choice; leave replicas unset (kimi_k3/graph/autoscaling.py)",
+            )
         if "scalingAdapter" not in comp:
-            yield Finding(target_of(obj), f"{where}: no scalingAdapter, so the planner patches the graph's replicas "
-                          "directly and the operator's webhook lets any writer change them back; set "
-                          "scalingAdapter: {} (v1beta1: setting the object opts in)")
+            yield Finding(
+                target_of(obj),
+                f"{where}: no scalingAdapter, so the planner patches the graph's replicas "
+                "directly and the operator's webhook lets any writer change them back; set "
+                "scalingAdapter: {} (v1beta1: setting the object opts in)",
+            )

@@ -1,13 +1,11 @@
 """Shared vocabulary of the rules: results, context, rule records and helpers over Kubernetes objects."""
 
-
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
-
 from kimi_k3 import flags, shape
-from kimi_k3.planner import Platform, load_platforms
+from kimi_k3.facts.platforms import Platform, load_platforms
 
 MANDATORY = "mandatory"
 ADVISORY = "advisory"
@@ -24,8 +22,11 @@ PROBE_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "failureThresho
 # Default load budget: ~1.56 TB checkpoint read per TP group plus CuTeDSL/cudagraph warm-up; ~1 h.
 DEFAULT_MIN_STARTUP_SECONDS = 3600
 # Pulumi types of filesystems and buckets that hold the model cache outside Kubernetes.
-CACHE_FILESYSTEM_TYPES = ("aws:fsx/lustreFileSystem:LustreFileSystem", "aws:efs/fileSystem:FileSystem",
-                          "aws:s3/bucket:Bucket")
+CACHE_FILESYSTEM_TYPES = (
+    "aws:fsx/lustreFileSystem:LustreFileSystem",
+    "aws:efs/fileSystem:FileSystem",
+    "aws:s3/bucket:Bucket",
+)
 # Resource names ending so hold reproducible compile caches (components/aws/storage.py), not weights.
 COMPILE_CACHE_SUFFIX = "-compile-cache"
 _WORKLOAD_TEMPLATE_PATHS = {
@@ -164,7 +165,8 @@ def gpu_product(spec: Mapping) -> Optional[str]:
     if selected:
         return selected
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     values = {
         v
         for term in required.get("nodeSelectorTerms") or []
@@ -293,13 +295,17 @@ def _crashed(rule: Rule, target: str, exc: Exception) -> Finding:
     if type(exc).__name__ in _PASS_THROUGH:
         raise exc
     # A rule never ends a check with a traceback: it fails, naming itself, the object and what it tripped on.
-    return Finding(target, f"rule {rule.name} could not evaluate this object ({type(exc).__name__}: "
-                   f"{str(exc)[:200]}); a value in it has a shape the rule does not handle: fix the object, or report "
-                   "it as a kimi-k3 bug with the object if it is valid Kubernetes")
+    return Finding(
+        target,
+        f"rule {rule.name} could not evaluate this object ({type(exc).__name__}: "
+        f"{str(exc)[:200]}); a value in it has a shape the rule does not handle: fix the object, or report "
+        "it as a kimi-k3 bug with the object if it is valid Kubernetes",
+    )
 
 
-def evaluate(rule: Rule, objects: Sequence[Mapping], ctx: Context,
-             well_formed: bool = False) -> tuple[list[Violation], list[NotEvaluated]]:
+def evaluate(
+    rule: Rule, objects: Sequence[Mapping], ctx: Context, well_formed: bool = False
+) -> tuple[list[Violation], list[NotEvaluated]]:
     """One rule over objects. Malformed objects (kimi_k3.shape) reach only the shape rule, which reports them; a
     rule that raises on an object is a violation of that rule naming the object, never a traceback.
     well_formed: the caller has already kept only objects without shape problems."""
@@ -348,8 +354,9 @@ def object_from_resource(type_token: str, props: Mapping[str, Any], name: str) -
     return obj
 
 
-def resource_info(type_token: str, name: str, props: Mapping[str, Any], protect: bool,
-                  retain_on_delete: Optional[bool]) -> ResourceInfo:
+def resource_info(
+    type_token: str, name: str, props: Mapping[str, Any], protect: bool, retain_on_delete: Optional[bool]
+) -> ResourceInfo:
     obj = object_from_resource(type_token, props, name)
     pool = None
     if type_token == "aws:eks/nodeGroup:NodeGroup" and "NVIDIA" in str(props.get("amiType", "")):
@@ -359,5 +366,12 @@ def resource_info(type_token: str, name: str, props: Mapping[str, Any], protect:
             pool = int(pool) if pool is not None and float(pool).is_integer() else None
         except (TypeError, ValueError):
             pool = None
-    return ResourceInfo(type_token, name, safe_target(obj) if obj else None, protect, retain_on_delete, pool,
-                        dict(props) if type_token.startswith("aws:") else None)
+    return ResourceInfo(
+        type_token,
+        name,
+        safe_target(obj) if obj else None,
+        protect,
+        retain_on_delete,
+        pool,
+        dict(props) if type_token.startswith("aws:") else None,
+    )

@@ -6,22 +6,25 @@ import json
 from typing import Iterator, Mapping, Sequence
 
 from kimi_k3 import flags
-from kimi_k3.images import image_facts
-from kimi_k3.manifests import EFA_RESOURCE as EFA
+from kimi_k3.facts.images import image_facts
+from kimi_k3.names import EFA_RESOURCE as EFA
 from policies.rules.base import (
-    name_of, shown,
     CLIQUE_LABEL as CLIQUE,
+)
+from policies.rules.base import (
+    REMOVED_FLAGS,
     Context,
     Finding,
-    REMOVED_FLAGS,
     Result,
     Skipped,
     _json_flag,
     all_containers,
     components,
     frontends,
+    name_of,
     pod_spec,
     pod_specs,
+    shown,
     target_of,
     workers,
 )
@@ -45,16 +48,19 @@ def check_disagg_roles_use_nixl(obj: Mapping, ctx: Context) -> Iterator[Result]:
             yield Finding(target_of(obj), f"{where}: --disaggregation-mode is {shown(mode)}, expected {role!r}")
         connector = _json_flag(tokens, "--kv-transfer-config").get("kv_connector")
         if connector != "NixlConnector":
-            yield Finding(target_of(obj), f"{where}: --kv-transfer-config kv_connector is {shown(connector)}, "
-                          "expected 'NixlConnector'")
+            yield Finding(
+                target_of(obj),
+                f"{where}: --kv-transfer-config kv_connector is {shown(connector)}, expected 'NixlConnector'",
+            )
 
 
 def check_no_removed_flags(obj: Mapping, ctx: Context) -> Iterator[Result]:
     for comp, _, tokens in workers(obj):
         for removed in REMOVED_FLAGS:
             if flags.has_flag(tokens, removed):
-                yield Finding(target_of(obj), f"component {name_of(comp)}: {removed} was removed; use "
-                              "--disaggregation-mode")
+                yield Finding(
+                    target_of(obj), f"component {name_of(comp)}: {removed} was removed; use --disaggregation-mode"
+                )
 
 
 def _ucx_excludes_cuda_ipc(tls: str) -> bool:
@@ -71,8 +77,11 @@ def check_ucx_settings_consistent(obj: Mapping, ctx: Context) -> Iterator[Result
             env = flags.container_env(container)
             tls, mnnvl = env.get("UCX_TLS"), env.get("UCX_CUDA_IPC_ENABLE_MNNVL")
             if tls and mnnvl and mnnvl.lower() in ("y", "yes", "1", "true", "on") and _ucx_excludes_cuda_ipc(tls):
-                yield Finding(target_of(obj), f"{label} container {name_of(container)}: UCX_TLS={tls} excludes "
-                              "cuda_ipc while UCX_CUDA_IPC_ENABLE_MNNVL=y; KV transfer leaves NVLink for RDMA/TCP")
+                yield Finding(
+                    target_of(obj),
+                    f"{label} container {name_of(container)}: UCX_TLS={tls} excludes "
+                    "cuda_ipc while UCX_CUDA_IPC_ENABLE_MNNVL=y; KV transfer leaves NVLink for RDMA/TCP",
+                )
 
 
 def _requests_efa(container: Mapping) -> bool:
@@ -90,8 +99,11 @@ def check_efa_uses_libfabric(obj: Mapping, ctx: Context) -> Iterator[Result]:
         dotted = config.get("kv_connector_extra_config.backends")
         names = [str(b).upper() for b in (backends or [])] + ([str(dotted).upper()] if dotted else [])
         if "LIBFABRIC" not in names:
-            yield Finding(target_of(obj), f"component {name_of(comp)}: requests {EFA} but NIXL backends are "
-                          f"{names or ['UCX (default)']}; set kv_connector_extra_config.backends to ['LIBFABRIC']")
+            yield Finding(
+                target_of(obj),
+                f"component {name_of(comp)}: requests {EFA} but NIXL backends are "
+                f"{names or ['UCX (default)']}; set kv_connector_extra_config.backends to ['LIBFABRIC']",
+            )
 
 
 def check_frontend_block_size_matches_workers(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -102,13 +114,19 @@ def check_frontend_block_size_matches_workers(obj: Mapping, ctx: Context) -> Ite
         for comp, _, tokens in workers(obj):
             block = flags.flag_value(tokens, "--block-size")
             if block is None:
-                yield Finding(target_of(obj), f"component {name_of(comp)}: no --block-size while frontend "
-                              f"{name_of(fe)} routes with --kv-cache-block-size {router_block}; vLLM's default "
-                              "(16 on CUDA, raised to the attention backend's kernel block, e.g. 64 for MLA) "
-                              "cannot be proven equal")
+                yield Finding(
+                    target_of(obj),
+                    f"component {name_of(comp)}: no --block-size while frontend "
+                    f"{name_of(fe)} routes with --kv-cache-block-size {router_block}; vLLM's default "
+                    "(16 on CUDA, raised to the attention backend's kernel block, e.g. 64 for MLA) "
+                    "cannot be proven equal",
+                )
             elif block != router_block:
-                yield Finding(target_of(obj), f"component {name_of(comp)}: --block-size {block} != frontend "
-                              f"{name_of(fe)} --kv-cache-block-size {router_block}")
+                yield Finding(
+                    target_of(obj),
+                    f"component {name_of(comp)}: --block-size {block} != frontend "
+                    f"{name_of(fe)} --kv-cache-block-size {router_block}",
+                )
 
 
 def _publishes_kv_events(tokens: Sequence[str]) -> bool:
@@ -130,9 +148,12 @@ def check_kv_router_has_kv_events(obj: Mapping, ctx: Context) -> Iterator[Result
             # Disaggregated: prefix hits are realised where the prompt is computed, the prefill role.
             routed = _component_type(comp) == "prefill" if disagg else True
             if routed and not _publishes_kv_events(tokens):
-                yield Finding(target_of(obj), f"component {name_of(comp)}: frontend {name_of(fe)} uses "
-                              "--router-mode kv but this worker publishes no KV events "
-                              "(--kv-events-config with enable_kv_cache_events true)")
+                yield Finding(
+                    target_of(obj),
+                    f"component {name_of(comp)}: frontend {name_of(fe)} uses "
+                    "--router-mode kv but this worker publishes no KV events "
+                    "(--kv-events-config with enable_kv_cache_events true)",
+                )
 
 
 def _nixl_backends(tokens: Sequence[str]) -> list[str]:
@@ -167,10 +188,12 @@ def _plain(value):
 
 
 def _clique_selectors(comp: Mapping) -> list[str]:
-    terms = (((pod_spec(comp).get("affinity") or {}).get("podAffinity") or {})
-             .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
-    return sorted(json.dumps(_plain(t.get("labelSelector")), sort_keys=True) for t in terms
-                  if t.get("topologyKey") == CLIQUE)
+    terms = ((pod_spec(comp).get("affinity") or {}).get("podAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or []
+    return sorted(
+        json.dumps(_plain(t.get("labelSelector")), sort_keys=True) for t in terms if t.get("topologyKey") == CLIQUE
+    )
 
 
 def check_nvlink_kv_roles_share_compute_domain(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -178,21 +201,30 @@ def check_nvlink_kv_roles_share_compute_domain(obj: Mapping, ctx: Context) -> It
     import memory another domain exported) and, where pinned, in one NVLink clique."""
     if not {"prefill", "decode"} <= {_component_type(c) for c in components(obj)}:
         return
-    nvlink = [(comp, container) for comp, container, tokens in workers(obj)
-              if _component_type(comp) in ("prefill", "decode") and kv_over_nvlink(container, tokens)]
+    nvlink = [
+        (comp, container)
+        for comp, container, tokens in workers(obj)
+        if _component_type(comp) in ("prefill", "decode") and kv_over_nvlink(container, tokens)
+    ]
     if len(nvlink) < 2:
         return
     domains = {str(comp.get("name")): _channel_templates(comp, container) for comp, container in nvlink}
     if len({tuple(v) for v in domains.values()}) > 1:
         described = "; ".join(f"{name} claims {v or 'no channel'}" for name, v in sorted(domains.items()))
-        yield Finding(target_of(obj), f"KV moves prefill -> decode over NVLink (NIXL UCX, cuda_ipc) but the roles "
-                      f"sit in different ComputeDomains ({described}); each ComputeDomain is its own IMEX domain, "
-                      "so claim one channel template in every role")
+        yield Finding(
+            target_of(obj),
+            f"KV moves prefill -> decode over NVLink (NIXL UCX, cuda_ipc) but the roles "
+            f"sit in different ComputeDomains ({described}); each ComputeDomain is its own IMEX domain, "
+            "so claim one channel template in every role",
+        )
     cliques = {str(comp.get("name")): _clique_selectors(comp) for comp, _ in nvlink}
     pinned = {k: v for k, v in cliques.items() if v}
     if len(pinned) == len(cliques) and len({tuple(v) for v in pinned.values()}) > 1:
-        yield Finding(target_of(obj), "KV moves over NVLink but prefill and decode are pinned to different "
-                      f"{CLIQUE} groups ({', '.join(sorted(pinned))}): they may land in different NVLink domains")
+        yield Finding(
+            target_of(obj),
+            "KV moves over NVLink but prefill and decode are pinned to different "
+            f"{CLIQUE} groups ({', '.join(sorted(pinned))}): they may land in different NVLink domains",
+        )
 
 
 def check_kv_transport_consistent(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -211,13 +243,16 @@ def check_kv_transport_consistent(obj: Mapping, ctx: Context) -> Iterator[Result
         if facts.arch is None:
             yield Skipped(target_of(obj), f"{where}: image {image} not in recipes/images.yaml: EFA support unknown")
         elif not facts.efa:
-            yield Finding(target_of(obj), f"{where}: KV over EFA ({'NIXL LIBFABRIC' if libfabric else EFA}) on image "
-                          f"{image}, which has no EFA stack (recipes/images.yaml); Dynamo publishes EFA runtime "
-                          "images as vllm-runtime:<version>-efa. Use one, or keep KV on NVLink")
+            yield Finding(
+                target_of(obj),
+                f"{where}: KV over EFA ({'NIXL LIBFABRIC' if libfabric else EFA}) on image "
+                f"{image}, which has no EFA stack (recipes/images.yaml); Dynamo publishes EFA runtime "
+                "images as vllm-runtime:<version>-efa. Use one, or keep KV on NVLink",
+            )
 
 
 def check_worker_block_size_is_vllms(obj: Mapping, ctx: Context) -> Iterator[Result]:
-    from kimi_k3.graph import vllm_block_size
+    from kimi_k3.sizing.memory import vllm_block_size
 
     for comp, _, tokens in workers(obj):
         block = flags.flag_value(tokens, "--block-size")
@@ -225,6 +260,9 @@ def check_worker_block_size_is_vllms(obj: Mapping, ctx: Context) -> Iterator[Res
         # vLLM raises a smaller (or absent) block to the aligned one in its engine only: the API process, Dynamo's
         # fallback card/publisher (ai-dynamo/dynamo#9376) and the frontend then disagree with the KV events.
         if block is None or int(block) < aligned:
-            yield Finding(target_of(obj), f"component {name_of(comp)}: --block-size {block or '(unset)'} but vLLM "
-                          f"runs this Kimi K3 worker with {aligned}-token blocks (planner.aligned_block_size); "
-                          f"set --block-size {aligned} and the frontend's --kv-cache-block-size to it")
+            yield Finding(
+                target_of(obj),
+                f"component {name_of(comp)}: --block-size {block or '(unset)'} but vLLM "
+                f"runs this Kimi K3 worker with {aligned}-token blocks (planner.aligned_block_size); "
+                f"set --block-size {aligned} and the frontend's --kv-cache-block-size to it",
+            )

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping, Optional
 
-from kimi_k3 import flags, operator_rewrite
+from kimi_k3 import flags
+from kimi_k3.offline import operator_rewrite
 from policies.rules.base import (
-    name_of, shown,
     Context,
     Finding,
     Result,
     Skipped,
     all_containers,
     model_mount,
+    name_of,
     node_count,
     pod_spec,
     pod_specs,
     resolved_model,
     serving,
+    shown,
     target_of,
     workers,
 )
@@ -69,14 +71,20 @@ def check_model_path_under_cache_mount(obj: Mapping, ctx: Context) -> Iterator[R
             if value is None or _is_placeholder(value):
                 yield Finding(target_of(obj), f"{where}: model path {shown(raw)} does not resolve to a value")
             elif not value.startswith("/"):
-                yield Finding(target_of(obj), f"{where}: model {shown(value)} (from {shown(raw)}) is not an absolute path; "
-                              "a Hub id makes every cold start depend on the Hub and the cache layout")
+                yield Finding(
+                    target_of(obj),
+                    f"{where}: model {shown(value)} (from {shown(raw)}) is not an absolute path; "
+                    "a Hub id makes every cold start depend on the Hub and the cache layout",
+                )
             else:
                 found = model_mount(container, spec, value)
                 volume = found[1] if found else {}
                 if not (volume.get("persistentVolumeClaim") or volume.get("hostPath")):
-                    yield Finding(target_of(obj), f"{where}: model path {value} is not under a volumeMount of a "
-                                  "model-cache volume (PVC or hostPath)")
+                    yield Finding(
+                        target_of(obj),
+                        f"{where}: model path {value} is not under a volumeMount of a "
+                        "model-cache volume (PVC or hostPath)",
+                    )
 
 
 def check_roles_agree_on_model(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -88,8 +96,10 @@ def check_roles_agree_on_model(obj: Mapping, ctx: Context) -> Iterator[Result]:
         served = flags.resolve(served_raw, env, flags.shell_script(container) is not None) if served_raw else path
         seen.setdefault((path, served), []).append(name_of(comp))
     if len(seen) > 1:
-        described = "; ".join(f"{', '.join(names)} -> path {shown(p)}, served as {shown(s)}" for (p, s), names in sorted(
-            seen.items(), key=lambda kv: kv[1]))
+        described = "; ".join(
+            f"{', '.join(names)} -> path {shown(p)}, served as {shown(s)}"
+            for (p, s), names in sorted(seen.items(), key=lambda kv: kv[1])
+        )
         yield Finding(target_of(obj), f"workers disagree on the model: {described}")
 
 
@@ -98,20 +108,25 @@ def check_model_cache_read_only(obj: Mapping, ctx: Context) -> Iterator[Result]:
         _, value = resolved_model(container, tokens)
         found = model_mount(container, pod_spec(comp), value) if value and value.startswith("/") else None
         if found and not found[0].get("readOnly"):
-            yield Finding(target_of(obj), f"component {name_of(comp)}: model-cache mount "
-                          f"{found[0].get('mountPath')} is writable; workers only read weights")
+            yield Finding(
+                target_of(obj),
+                f"component {name_of(comp)}: model-cache mount "
+                f"{found[0].get('mountPath')} is writable; workers only read weights",
+            )
 
 
 def _backend(comp: Mapping) -> str:
     """The operator's mp/ray choice: its override annotation, else mp (the operator's default for new graphs)."""
-    annotations = {**(comp.get("annotations") or {}),
-                   **(((comp.get("podTemplate") or {}).get("metadata") or {}).get("annotations") or {})}
+    annotations = {
+        **(comp.get("annotations") or {}),
+        **(((comp.get("podTemplate") or {}).get("metadata") or {}).get("annotations") or {}),
+    }
     return "ray" if str(annotations.get(operator_rewrite.BACKEND_ANNOTATION, "")).lower() == "ray" else "mp"
 
 
 def check_multinode_args_survive_operator_rewrite(obj: Mapping, ctx: Context) -> Iterator[Result]:
     """Emulate the Dynamo operator's Grove multinode rewrite + kubelet expansion + `sh -c` per pod and compare
-    each pod's argv with what the spec means (kimi_k3/operator_rewrite.py cites the operator source)."""
+    each pod's argv with what the spec means (kimi_k3/offline/operator_rewrite.py cites the operator source)."""
     dgd = str((obj.get("metadata") or {}).get("name") or "graph")
     for comp, container, _ in workers(obj):
         if node_count(comp) < 2:
@@ -124,17 +139,22 @@ def check_multinode_args_survive_operator_rewrite(obj: Mapping, ctx: Context) ->
         try:
             launches = operator_rewrite.multinode_pod_launches(comp, container, grove, backend)
         except operator_rewrite.ShellSyntaxError as exc:
-            yield Finding(target_of(obj), f"component {comp.get('name')}: the operator's shell-quoted launch line is "
-                          f"not valid sh ({exc}; a single quote in an arg does this): its pods exit with status 2")
+            yield Finding(
+                target_of(obj),
+                f"component {comp.get('name')}: the operator's shell-quoted launch line is "
+                f"not valid sh ({exc}; a single quote in an arg does this): its pods exit with status 2",
+            )
             continue
         except operator_rewrite.UnsupportedShell as exc:
-            yield Skipped(target_of(obj), f"component {comp.get('name')}: cannot evaluate the rewritten command "
-                          f"({exc})")
+            yield Skipped(
+                target_of(obj), f"component {comp.get('name')}: cannot evaluate the rewritten command ({exc})"
+            )
             continue
         broken: dict[tuple[int, str, str], list[str]] = {}
         for pod in launches:
-            env = operator_rewrite.container_env_map(container.get("env") or [],
-                                                     {**grove, "GROVE_PCLQ_POD_INDEX": str(pod.index)})
+            env = operator_rewrite.container_env_map(
+                container.get("env") or [], {**grove, "GROVE_PCLQ_POD_INDEX": str(pod.index)}
+            )
             meant = [operator_rewrite.kubelet_expand(a, env) for a in argv]
             if pod.role == "worker" and backend == "ray":
                 continue  # ray workers run only `ray start`; the leader spawns their ranks
@@ -145,10 +165,13 @@ def check_multinode_args_survive_operator_rewrite(obj: Mapping, ctx: Context) ->
                     break
         for (k, want, got), pods in sorted(broken.items()):
             flag = argv[k - 1] if k > 0 and argv[k - 1].startswith("-") else f"argument {k}"
-            yield Finding(target_of(obj), f"component {comp.get('name')}: {len(pods)} pod(s) ({', '.join(pods)}) "
-                          f"receive {flag} {got!r} instead of {want!r} (spec: {argv[k]!r}): the Dynamo operator "
-                          f"runs multinode vLLM pods as `sh -c` with shell-quoted args ($ -> \\$) after kubelet "
-                          "expanded $(VAR); write the value literally")
+            yield Finding(
+                target_of(obj),
+                f"component {comp.get('name')}: {len(pods)} pod(s) ({', '.join(pods)}) "
+                f"receive {flag} {got!r} instead of {want!r} (spec: {argv[k]!r}): the Dynamo operator "
+                f"runs multinode vLLM pods as `sh -c` with shell-quoted args ($ -> \\$) after kubelet "
+                "expanded $(VAR); write the value literally",
+            )
 
 
 def check_frontend_reads_model_path(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -170,6 +193,9 @@ def check_frontend_reads_model_path(obj: Mapping, ctx: Context) -> Iterator[Resu
                 found = model_mount(container, spec, path)
                 volume = found[1] if found else {}
                 if not (volume.get("persistentVolumeClaim") or volume.get("hostPath")):
-                    yield Finding(target_of(obj), f"{label} container {container.get('name')}: cannot read {path}, "
-                                  "the local model path workers register; the frontend loads tokenizer and config "
-                                  "from it: mount the model cache (read-only) at the same path")
+                    yield Finding(
+                        target_of(obj),
+                        f"{label} container {container.get('name')}: cannot read {path}, "
+                        "the local model path workers register; the frontend loads tokenizer and config "
+                        "from it: mount the model cache (read-only) at the same path",
+                    )

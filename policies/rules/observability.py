@@ -8,21 +8,32 @@ import json
 import re
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-from kimi_k3 import flags, smoke
-from policies.rules.base import Context, Finding, Result, Skipped, all_containers, name_of, pod_specs, target_of, workers
+from kimi_k3 import flags
+from kimi_k3.pods import smoke
+from policies.rules.base import (
+    Context,
+    Finding,
+    Result,
+    Skipped,
+    all_containers,
+    name_of,
+    pod_specs,
+    target_of,
+    workers,
+)
 
 SMOKE_SCRIPT = "smoke.py"
 # The probe must span this many blocks of the largest worker block: one to be cached, one of margin for the chat
-# template's and the suffix's tokens (kimi_k3/smoke.py makes PROBE_BLOCKS of them).
+# template's and the suffix's tokens (kimi_k3/pods/smoke.py makes PROBE_BLOCKS of them).
 PROBE_MARGIN_BLOCKS = 2
 
 
 def _smoke_args(container: Mapping) -> Optional[list[str]]:
-    """The argv after kimi_k3/smoke.py in a container's command + args, or None when it does not run it."""
+    """The argv after kimi_k3/pods/smoke.py in a container's command + args, or None when it does not run it."""
     argv = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
     for i, token in enumerate(argv):
         if token.rsplit("/", 1)[-1] == SMOKE_SCRIPT:
-            return argv[i + 1:]
+            return argv[i + 1 :]
     return None
 
 
@@ -68,8 +79,11 @@ def check_smoke_probe_spans_kv_block(objects: Sequence[Mapping], ctx: Context) -
                 where = f"container {name_of(container)} ({SMOKE_SCRIPT})"
                 blocks, unknown = _worker_blocks(objects, namespace)
                 if unknown or not blocks:
-                    yield Skipped(target_of(obj), f"{where}: the workers' KV block is not known (no dynamo.vllm "
-                                  f"worker with --block-size beside it: {unknown or 'no workers'})")
+                    yield Skipped(
+                        target_of(obj),
+                        f"{where}: the workers' KV block is not known (no dynamo.vllm "
+                        f"worker with --block-size beside it: {unknown or 'no workers'})",
+                    )
                     continue
                 largest = max(b for _, b in blocks)
                 args, error = _parse_smoke(argv)
@@ -77,45 +91,89 @@ def check_smoke_probe_spans_kv_block(objects: Sequence[Mapping], ctx: Context) -
                     yield Finding(target_of(obj), f"{where}: its args do not parse ({error})")
                     continue
                 if args.kv_block_size is None:
-                    yield Finding(target_of(obj), f"{where}: no --kv-block-size: the cache-hit probe is not sized "
-                                  f"to the workers' {largest}-token KV block (vLLM caches whole blocks only; a "
-                                  f"fixed prompt shorter than one block reports cached_tokens 0); allowed: "
-                                  f"--kv-block-size {largest}")
+                    yield Finding(
+                        target_of(obj),
+                        f"{where}: no --kv-block-size: the cache-hit probe is not sized "
+                        f"to the workers' {largest}-token KV block (vLLM caches whole blocks only; a "
+                        f"fixed prompt shorter than one block reports cached_tokens 0); allowed: "
+                        f"--kv-block-size {largest}",
+                    )
                     continue
                 probe = args.cache_probe_tokens or smoke.probe_tokens(args.kv_block_size)
                 if probe < PROBE_MARGIN_BLOCKS * largest:
-                    yield Finding(target_of(obj), f"{where}: cache-hit probe of {probe} tokens (words) is shorter "
-                                  f"than {PROBE_MARGIN_BLOCKS} blocks of the largest worker block ({largest}, "
-                                  f"{dict(blocks)}); allowed: --cache-probe-tokens >= {PROBE_MARGIN_BLOCKS * largest}")
+                    yield Finding(
+                        target_of(obj),
+                        f"{where}: cache-hit probe of {probe} tokens (words) is shorter "
+                        f"than {PROBE_MARGIN_BLOCKS} blocks of the largest worker block ({largest}, "
+                        f"{dict(blocks)}); allowed: --cache-probe-tokens >= {PROBE_MARGIN_BLOCKS * largest}",
+                    )
                 for comp, block in blocks:
                     cacheable = probe // block * block
                     if cacheable < args.kv_block_size:
-                        yield Finding(target_of(obj), f"{where}: asks for >= {args.kv_block_size} cached tokens, "
-                                      f"but a {probe}-token probe leaves only {cacheable} in whole {block}-token "
-                                      f"blocks of component {comp}; allowed: --kv-block-size <= {cacheable}")
+                        yield Finding(
+                            target_of(obj),
+                            f"{where}: asks for >= {args.kv_block_size} cached tokens, "
+                            f"but a {probe}-token probe leaves only {cacheable} in whole {block}-token "
+                            f"blocks of component {comp}; allowed: --kv-block-size <= {cacheable}",
+                        )
                 if args.kv_block_size < largest:
-                    yield Finding(target_of(obj), f"{where}: --kv-block-size {args.kv_block_size} is below the "
-                                  f"largest worker block ({largest}): a hit of less than one block proves no "
-                                  f"block was reused; allowed: --kv-block-size {largest}")
+                    yield Finding(
+                        target_of(obj),
+                        f"{where}: --kv-block-size {args.kv_block_size} is below the "
+                        f"largest worker block ({largest}): a hit of less than one block proves no "
+                        f"block was reused; allowed: --kv-block-size {largest}",
+                    )
                 longest = probe * smoke.PROBE_MAX_TOKENS_PER_WORD + 64
                 if longest > args.max_model_len:
-                    yield Finding(target_of(obj), f"{where}: the probe may take up to {longest} tokens, over the "
-                                  f"--max-model-len {args.max_model_len} context")
+                    yield Finding(
+                        target_of(obj),
+                        f"{where}: the probe may take up to {longest} tokens, over the "
+                        f"--max-model-len {args.max_model_len} context",
+                    )
 
 
 # ------------------------------------------------------------------------------------------ alerts and panels
 # PromQL words that are not metric names (keywords, and the label lists after them are stripped first).
-_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
-                 "offset", "inf", "nan"}
+_PROMQL_WORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+}
 # Functions that keep a series in its metric's range; any other one changes the unit (see _expr_unit).
-_RANGE_KEEPING = {"max", "min", "avg", "histogram_quantile", "quantile", "max_over_time", "min_over_time",
-                  "avg_over_time", "last_over_time", "topk", "bottomk", "abs", "clamp", "clamp_min", "clamp_max"}
+_RANGE_KEEPING = {
+    "max",
+    "min",
+    "avg",
+    "histogram_quantile",
+    "quantile",
+    "max_over_time",
+    "min_over_time",
+    "avg_over_time",
+    "last_over_time",
+    "topk",
+    "bottomk",
+    "abs",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+}
 _COMPARISON = re.compile(r"(>=|<=|==|!=|>|<)\s*(?:bool\s+)?(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*$")
 DASHBOARD_LABEL = "grafana_dashboard"
 
 
 def metric_facts() -> Mapping[str, Any]:
     from kimi_k3.data import recipe_file
+
     return recipe_file("metrics.yaml")
 
 
@@ -131,8 +189,11 @@ def expr_metrics(expr: str) -> tuple[list[str], set[str]]:
     """(metric names, function names) an expression uses."""
     stripped = _strip(expr)
     functions = set(re.findall(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*\(", stripped))
-    names = [n for n in re.findall(r"(?<![\w.:])([a-zA-Z_:][a-zA-Z0-9_:]*)(?![a-zA-Z0-9_:]|\s*\()", stripped)
-             if n.lower() not in _PROMQL_WORDS]
+    names = [
+        n
+        for n in re.findall(r"(?<![\w.:])([a-zA-Z_:][a-zA-Z0-9_:]*)(?![a-zA-Z0-9_:]|\s*\()", stripped)
+        if n.lower() not in _PROMQL_WORDS
+    ]
     return names, functions
 
 
@@ -149,8 +210,14 @@ def _fact(name: str, facts: Mapping[str, Any]) -> tuple[Optional[str], Optional[
 
 
 def _exporter(name: str, facts: Mapping[str, Any]) -> Optional[str]:
-    return next((ex for ex, e in (facts.get("exporters") or {}).items()
-                 if any(name.startswith(p) for p in e.get("prefixes") or [])), None)
+    return next(
+        (
+            ex
+            for ex, e in (facts.get("exporters") or {}).items()
+            if any(name.startswith(p) for p in e.get("prefixes") or [])
+        ),
+        None,
+    )
 
 
 def _expr_unit(units: list[str], functions: set[str]) -> Optional[str]:
@@ -159,7 +226,7 @@ def _expr_unit(units: list[str], functions: set[str]) -> Optional[str]:
         return None
     unit = units[0]
     if "histogram_quantile" in functions:
-        return unit                      # a quantile of a histogram is in the unit of its buckets (le)
+        return unit  # a quantile of a histogram is in the unit of its buckets (le)
     if functions & {"absent", "absent_over_time"}:
         return "boolean"
     if functions & {"rate", "irate"}:
@@ -167,7 +234,7 @@ def _expr_unit(units: list[str], functions: set[str]) -> Optional[str]:
     if functions & {"increase", "count", "count_over_time", "changes", "resets"}:
         return "count"
     if "sum" in functions:
-        return "count" if unit in ("count", "boolean") else None   # a sum of ratios or latencies has no range
+        return "count" if unit in ("count", "boolean") else None  # a sum of ratios or latencies has no range
     return unit if functions <= _RANGE_KEEPING else None
 
 
@@ -179,8 +246,10 @@ def _check_expr(expr: str, where: str, facts: Mapping[str, Any], panel_unit: Opt
         exporter = _exporter(name, facts)
         if fact is None:
             if exporter:
-                yield (f"{where}: {name} is not a metric {exporter} exports "
-                       f"({facts['exporters'][exporter]['source']}; recipes/metrics.yaml)")
+                yield (
+                    f"{where}: {name} is not a metric {exporter} exports "
+                    f"({facts['exporters'][exporter]['source']}; recipes/metrics.yaml)"
+                )
             continue
         units.append(fact["unit"])
     if not units:
@@ -191,17 +260,23 @@ def _check_expr(expr: str, where: str, facts: Mapping[str, Any], panel_unit: Opt
     if m and unit and spec:
         op, value = m.group(1), float(m.group(2))
         low, high = spec.get("min"), spec.get("max")
-        never = ((op in (">",) and high is not None and value >= high) or
-                 (op in (">=", "==") and high is not None and value > high) or
-                 (op in ("<",) and low is not None and value <= low) or
-                 (op in ("<=", "==") and low is not None and value < low))
+        never = (
+            (op in (">",) and high is not None and value >= high)
+            or (op in (">=", "==") and high is not None and value > high)
+            or (op in ("<",) and low is not None and value <= low)
+            or (op in ("<=", "==") and low is not None and value < low)
+        )
         if never:
-            yield (f"{where}: compares a {unit} ({low}..{high if high is not None else 'inf'}: "
-                   f"{', '.join(sorted(set(names)))}) with {op} {m.group(2)}, which it can never pass; allowed: a "
-                   f"threshold in the metric's own unit (recipes/metrics.yaml)")
+            yield (
+                f"{where}: compares a {unit} ({low}..{high if high is not None else 'inf'}: "
+                f"{', '.join(sorted(set(names)))}) with {op} {m.group(2)}, which it can never pass; allowed: a "
+                f"threshold in the metric's own unit (recipes/metrics.yaml)"
+            )
     if panel_unit is not None and unit and spec and panel_unit not in spec.get("grafana", []):
-        yield (f"{where}: shows a {unit} ({', '.join(sorted(set(names)))}) in Grafana unit {panel_unit!r}; "
-               f"allowed: {', '.join(spec.get('grafana', []))}")
+        yield (
+            f"{where}: shows a {unit} ({', '.join(sorted(set(names)))}) in Grafana unit {panel_unit!r}; "
+            f"allowed: {', '.join(spec.get('grafana', []))}"
+        )
 
 
 def _dashboards(obj: Mapping) -> Iterator[tuple[str, Mapping]]:

@@ -25,5 +25,8 @@ def check_serving_containers_request_resources(obj: Mapping, ctx: Context) -> It
         # The operator merges a component's own `resources` into its main container (graph.go GenerateBasePodSpec).
         if _asks(comp.get("resources") or {}) or any(_asks(c.get("resources") or {}) for c in all_containers(spec)):
             continue
-        yield Finding(target_of(obj), f"component {name_of(comp)}: no container requests cpu or memory, so its pods "
-                      "are BestEffort (evicted first; GPUs do not count); set requests")
+        yield Finding(
+            target_of(obj),
+            f"component {name_of(comp)}: no container requests cpu or memory, so its pods "
+            "are BestEffort (evicted first; GPUs do not count); set requests",
+        )

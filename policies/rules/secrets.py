@@ -11,16 +11,18 @@ from typing import Any, Iterator, Mapping
 from policies.rules.base import Context, Finding, Result, all_containers, name_of, pod_specs, target_of
 
 # Env names that hold credentials: any *_TOKEN, *_SECRET, *_PASSWORD, API key, access/private key, credentials.
-SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|SECRET_KEY|PRIVATE_KEY|CREDENTIALS?)$",
-                         re.I)
+SECRET_NAME = re.compile(
+    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|SECRET_KEY|PRIVATE_KEY|CREDENTIALS?)$", re.I
+)
 # Values that are credentials whatever their variable is named (issuers' published token formats).
 SECRET_VALUE = re.compile(
-    r"hf_[A-Za-z0-9]{20,}"                 # Hugging Face user access token
-    r"|(AKIA|ASIA)[0-9A-Z]{16}"            # AWS access key id (long-term / STS)
-    r"|gh[pousr]_[A-Za-z0-9]{30,}"         # GitHub tokens
-    r"|nvapi-[A-Za-z0-9_-]{20,}"           # NGC / build.nvidia.com API key
-    r"|sk-[A-Za-z0-9_-]{20,}"              # OpenAI-style API keys
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----")
+    r"hf_[A-Za-z0-9]{20,}"  # Hugging Face user access token
+    r"|(AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key id (long-term / STS)
+    r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub tokens
+    r"|nvapi-[A-Za-z0-9_-]{20,}"  # NGC / build.nvidia.com API key
+    r"|sk-[A-Za-z0-9_-]{20,}"  # OpenAI-style API keys
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+)
 _REF_ONLY = re.compile(r"(\$\([A-Za-z_][A-Za-z0-9_]*\))+")  # `$(OTHER_VAR)`: a reference, not a value
 
 
@@ -40,13 +42,19 @@ def _env_findings(obj: Mapping, where: str, env: Any) -> Iterator[Result]:
     for entry in env or []:
         name, value = entry.get("name"), entry.get("value")
         if literal_secret(name, value):
-            yield Finding(target_of(obj), f"{where}: env {name} = {redacted(value)} is a literal secret value; "
-                          "allowed: valueFrom.secretKeyRef (or envFrom a Secret); for the Hugging Face token "
-                          "`pulumi config set --secret kimi-k3:hfToken` (the program mounts it from a Secret)")
+            yield Finding(
+                target_of(obj),
+                f"{where}: env {name} = {redacted(value)} is a literal secret value; "
+                "allowed: valueFrom.secretKeyRef (or envFrom a Secret); for the Hugging Face token "
+                "`pulumi config set --secret kimi-k3:hfToken` (the program mounts it from a Secret)",
+            )
         ref = (entry.get("valueFrom") or {}).get("configMapKeyRef")
         if ref and isinstance(name, str) and SECRET_NAME.search(name):
-            yield Finding(target_of(obj), f"{where}: env {name} comes from ConfigMap {ref.get('name')!r} (plain "
-                          "text); allowed: valueFrom.secretKeyRef")
+            yield Finding(
+                target_of(obj),
+                f"{where}: env {name} comes from ConfigMap {ref.get('name')!r} (plain "
+                "text); allowed: valueFrom.secretKeyRef",
+            )
 
 
 def check_env_secrets_from_secret(obj: Mapping, ctx: Context) -> Iterator[Result]:

@@ -22,17 +22,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-from kimi_k3.images import image_facts
+from kimi_k3.facts.images import image_facts
 from policies.rules.base import Context, Finding, Result, Skipped, all_containers, name_of, pod_specs, target_of
 
 EFS_DRIVER = "efs.csi.aws.com"
 # CSI drivers (and the in-tree `nfs` source) of network filesystems many pods share, whose files carry POSIX owners.
-SHARED_DRIVERS = {EFS_DRIVER: "EFS", "fsx.csi.aws.com": "FSx for Lustre", "nfs.csi.k8s.io": "NFS",
-                  "filestore.csi.storage.gke.io": "Filestore", "nfs": "NFS"}
+SHARED_DRIVERS = {
+    EFS_DRIVER: "EFS",
+    "fsx.csi.aws.com": "FSx for Lustre",
+    "nfs.csi.k8s.io": "NFS",
+    "filestore.csi.storage.gke.io": "Filestore",
+    "nfs": "NFS",
+}
 # Block devices (one node's filesystem, fsGroup applies): never a shared filesystem, whatever the claim's access mode.
 BLOCK_DRIVERS = {"ebs.csi.aws.com", "pd.csi.storage.gke.io", "disk.csi.azure.com"}
 ACCESS_POINT_TYPE = "aws:efs/accessPoint:AccessPoint"
-NEW_ROOT = (0, 0, 0o755)   # owner uid, gid, mode of a new EFS root (documented) or NFS/FSx export (assumed)
+NEW_ROOT = (0, 0, 0o755)  # owner uid, gid, mode of a new EFS root (documented) or NFS/FSx export (assumed)
 # What the Pulumi engine passes a policy for a value not known yet (pulumi_policy/proxy.py UNKNOWN_*_VALUE): during a
 # first preview the PV's volumeHandle (file system and access point ids) is one of these.
 UNKNOWN_VALUES = ("04da6b54-80e4-46f7-96ec-b56ff0331ba9", "dd056dcd-154b-4c76-9bd3-c8f88648b5ff")
@@ -41,11 +46,12 @@ UNKNOWN_VALUES = ("04da6b54-80e4-46f7-96ec-b56ff0331ba9", "dd056dcd-154b-4c76-9b
 @dataclass(frozen=True)
 class Prepared:
     """Who writes through the volume and what its root allows."""
+
     owner_uid: int
     owner_gid: int
     mode: int
     how: str
-    writer: Optional[tuple[int, int]] = None   # an access point's enforced POSIX user (replaces the container's)
+    writer: Optional[tuple[int, int]] = None  # an access point's enforced POSIX user (replaces the container's)
 
 
 def _by_name(objects: Sequence[Mapping], kind: str) -> dict[tuple[Optional[str], str], Mapping]:
@@ -59,8 +65,9 @@ def _by_name(objects: Sequence[Mapping], kind: str) -> dict[tuple[Optional[str],
 
 def _find(index: Mapping[tuple[Optional[str], str], Mapping], namespace: Optional[str], name: str) -> Optional[Mapping]:
     """An object by (namespace, name); hand-written files often leave the namespace out."""
-    return index.get((namespace, name)) or next((o for (ns, n), o in index.items() if n == name
-                                                 and (ns is None or namespace is None)), None)
+    return index.get((namespace, name)) or next(
+        (o for (ns, n), o in index.items() if n == name and (ns is None or namespace is None)), None
+    )
 
 
 def _access_point(handle: str, ctx: Context) -> Optional[Mapping[str, Any]]:
@@ -82,8 +89,9 @@ def _octal(value: Any) -> Optional[int]:
         return None
 
 
-def _prepared(claim: Optional[Mapping], namespace: Optional[str], objects: Sequence[Mapping], ctx: Context,
-              claim_name: str) -> tuple[Optional[str], Any]:
+def _prepared(
+    claim: Optional[Mapping], namespace: Optional[str], objects: Sequence[Mapping], ctx: Context, claim_name: str
+) -> tuple[Optional[str], Any]:
     """(filesystem kind, Prepared | skip reason str) of a claim; (None, None) when it is not a shared filesystem."""
     if claim is None:
         return None, None
@@ -91,58 +99,89 @@ def _prepared(claim: Optional[Mapping], namespace: Optional[str], objects: Seque
     # Many nodes writing one volume is a shared filesystem, whatever its class or driver is called.
     shared = "ReadWriteMany" in (spec.get("accessModes") or [])
     pvs = _by_name(objects, "PersistentVolume")
-    pv = _find(pvs, None, spec["volumeName"]) if spec.get("volumeName") else next(
-        (p for p in pvs.values() if ((p.get("spec") or {}).get("claimRef") or {}).get("name") == claim_name
-         and ((p.get("spec") or {}).get("claimRef") or {}).get("namespace") in (None, namespace)), None)
+    pv = (
+        _find(pvs, None, spec["volumeName"])
+        if spec.get("volumeName")
+        else next(
+            (
+                p
+                for p in pvs.values()
+                if ((p.get("spec") or {}).get("claimRef") or {}).get("name") == claim_name
+                and ((p.get("spec") or {}).get("claimRef") or {}).get("namespace") in (None, namespace)
+            ),
+            None,
+        )
+    )
     if pv is not None:
         pspec = pv.get("spec") or {}
         csi = pspec.get("csi") or {}
         driver = csi.get("driver") or ("nfs" if pspec.get("nfs") else None)
         if driver not in SHARED_DRIVERS:
             if driver not in BLOCK_DRIVERS and (shared or "ReadWriteMany" in (pspec.get("accessModes") or [])):
-                return "shared", (f"PersistentVolume {(pv.get('metadata') or {}).get('name')} is ReadWriteMany on "
-                                  f"{driver or 'a volume source'} this rule does not know: who owns its root is unknown")
+                return "shared", (
+                    f"PersistentVolume {(pv.get('metadata') or {}).get('name')} is ReadWriteMany on "
+                    f"{driver or 'a volume source'} this rule does not know: who owns its root is unknown"
+                )
             return None, None
         kind = SHARED_DRIVERS[driver]
         handle = str(csi.get("volumeHandle") or "")
         pv_name = (pv.get("metadata") or {}).get("name")
         if any(u in handle or u == str(pspec.get("csi")) for u in UNKNOWN_VALUES):
-            return kind, (f"PersistentVolume {pv_name}: its volumeHandle is not known yet (a preview before the file "
-                          "system exists)")
+            return kind, (
+                f"PersistentVolume {pv_name}: its volumeHandle is not known yet (a preview before the file "
+                "system exists)"
+            )
         if driver == EFS_DRIVER and handle.count(":") == 2 and handle.split(":", 2)[2]:
             ap = _access_point(handle, ctx)
             if ap is None:
-                return kind, (f"PersistentVolume {pv_name} mounts EFS access point {handle.split(':', 2)[2]}, which "
-                              "this stack does not show (its PosixUser and root directory decide who can write)")
+                return kind, (
+                    f"PersistentVolume {pv_name} mounts EFS access point {handle.split(':', 2)[2]}, which "
+                    "this stack does not show (its PosixUser and root directory decide who can write)"
+                )
             user = ap.get("posixUser") or {}
             root = ap.get("rootDirectory") or {}
             info = root.get("creationInfo") or {}
             writer = (int(user["uid"]), int(user["gid"])) if "uid" in user and "gid" in user else None
             if info and _octal(info.get("permissions")) is not None:
-                return kind, Prepared(int(info["ownerUid"]), int(info["ownerGid"]), _octal(info["permissions"]),
-                                      f"EFS access point root {root.get('path', '/')} created "
-                                      f"{info['ownerUid']}:{info['ownerGid']} {info['permissions']}", writer)
+                return kind, Prepared(
+                    int(info["ownerUid"]),
+                    int(info["ownerGid"]),
+                    _octal(info["permissions"]),
+                    f"EFS access point root {root.get('path', '/')} created "
+                    f"{info['ownerUid']}:{info['ownerGid']} {info['permissions']}",
+                    writer,
+                )
             if root.get("path", "/") in ("", "/"):
                 return kind, Prepared(*NEW_ROOT, "EFS access point at the file system root (root:root 0755)", writer)
-            return kind, (f"PersistentVolume {pv_name}: access point root {root.get('path')} has no CreationInfo, "
-                          "so its owner is whatever made it")
-        return kind, Prepared(*NEW_ROOT, f"PersistentVolume {pv_name}: {kind} root as created, root:root 0755 "
-                              "(no access point, nothing chowns it)")
+            return kind, (
+                f"PersistentVolume {pv_name}: access point root {root.get('path')} has no CreationInfo, "
+                "so its owner is whatever made it"
+            )
+        return kind, Prepared(
+            *NEW_ROOT,
+            f"PersistentVolume {pv_name}: {kind} root as created, root:root 0755 (no access point, nothing chowns it)",
+        )
     sc_name = spec.get("storageClassName")
     sc = _find(_by_name(objects, "StorageClass"), None, sc_name) if sc_name else None
     if sc is None:
         if shared or sc_name and any(k in str(sc_name).lower() for k in ("efs", "nfs", "fsx", "filestore")):
             if not sc_name:
-                return "shared", ("a ReadWriteMany claim of the cluster's default storage class, not in the input: "
-                                  "who owns a provisioned volume's root is unknown")
-            return "shared", (f"storage class {sc_name!r} looks like a shared filesystem but is not in the input: who "
-                              "owns a provisioned volume's root is unknown")
+                return "shared", (
+                    "a ReadWriteMany claim of the cluster's default storage class, not in the input: "
+                    "who owns a provisioned volume's root is unknown"
+                )
+            return "shared", (
+                f"storage class {sc_name!r} looks like a shared filesystem but is not in the input: who "
+                "owns a provisioned volume's root is unknown"
+            )
         return None, None
     driver = sc.get("provisioner")
     if driver not in SHARED_DRIVERS:
         if shared and driver not in BLOCK_DRIVERS:
-            return "shared", (f"storage class {sc_name} ({driver}) provisions a ReadWriteMany volume this rule does "
-                              "not know: who owns its root is unknown")
+            return "shared", (
+                f"storage class {sc_name} ({driver}) provisions a ReadWriteMany volume this rule does "
+                "not know: who owns its root is unknown"
+            )
         return None, None
     params = sc.get("parameters") or {}
     if driver == EFS_DRIVER and params.get("provisioningMode") == "efs-ap":
@@ -152,14 +191,19 @@ def _prepared(claim: Optional[Mapping], namespace: Optional[str], objects: Seque
         # The driver's access point writes as its uid (default: the allocated gid) and owns its root directory.
         uid = int(params.get("uid", params.get("gid", -1)))
         gid = int(params.get("gid", uid))
-        return SHARED_DRIVERS[driver], Prepared(uid, gid, mode, f"storage class {sc_name}: EFS access point per claim, "
-                                                f"directoryPerms {params.get('directoryPerms')}", (uid, gid))
+        return SHARED_DRIVERS[driver], Prepared(
+            uid,
+            gid,
+            mode,
+            f"storage class {sc_name}: EFS access point per claim, directoryPerms {params.get('directoryPerms')}",
+            (uid, gid),
+        )
     return SHARED_DRIVERS[driver], f"storage class {sc_name} ({driver}): how it prepares a volume's root is unknown"
 
 
 def _can_write(uid: int, groups: set[int], p: Prepared) -> bool:
     if uid == 0:
-        return True   # EFS and NFS without root squashing (no EFS file system policy here) let root write
+        return True  # EFS and NFS without root squashing (no EFS file system policy here) let root write
     if uid == p.owner_uid:
         return bool(p.mode & 0o200)
     if p.owner_gid in groups:
@@ -210,8 +254,11 @@ def check_shared_mounts_writable(objects: Sequence[Mapping], ctx: Context) -> It
                         continue
                     if kind is None:
                         continue
-                    sub = f" (subPath {mount['subPath']}: kubelet makes it with the root's owner and mode)" \
-                        if mount.get("subPath") else ""
+                    sub = (
+                        f" (subPath {mount['subPath']}: kubelet makes it with the root's owner and mode)"
+                        if mount.get("subPath")
+                        else ""
+                    )
                     if isinstance(prep, str):
                         yield Skipped(target_of(obj), f"{where}: writable {kind} mount; {prep}")
                         continue
@@ -227,7 +274,10 @@ def check_shared_mounts_writable(objects: Sequence[Mapping], ctx: Context) -> It
                         who = f"uid {uid} gid {gid} ({src})"
                     if _can_write(uid, {gid} | groups_extra, prep):
                         continue
-                    yield Finding(target_of(obj), f"{where}{sub} is a writable {kind} mount ({prep.how}), but it "
-                                  f"runs as {who}, which cannot write there (fsGroup changes nothing on this driver); "
-                                  "prepare the volume for that uid (an EFS access point with that PosixUser and "
-                                  "CreationInfo) or run as the owner")
+                    yield Finding(
+                        target_of(obj),
+                        f"{where}{sub} is a writable {kind} mount ({prep.how}), but it "
+                        f"runs as {who}, which cannot write there (fsGroup changes nothing on this driver); "
+                        "prepare the volume for that uid (an EFS access point with that PosixUser and "
+                        "CreationInfo) or run as the owner",
+                    )

@@ -5,15 +5,13 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping, Sequence
 
 from kimi_k3 import flags
-from kimi_k3.planner import memory_fit
+from kimi_k3.sizing.memory import memory_fit
 from policies.rules.autoscaling import planner_owned
 from policies.rules.base import (
-    name_of, shown,
     CLIQUE_LABEL,
+    GPUS_ANNOTATION,
     Context,
     Finding,
-    GPU,
-    GPUS_ANNOTATION,
     Result,
     Skipped,
     _int_flag,
@@ -22,10 +20,12 @@ from policies.rules.base import (
     gpu_product,
     gpus,
     main_container,
+    name_of,
     node_count,
     platform_for_product,
     pod_spec,
     replicas,
+    shown,
     target_of,
     workers,
 )
@@ -37,8 +37,11 @@ def check_tp_spans_whole_nodes(obj: Mapping, ctx: Context) -> Iterator[Result]:
         pp = _int_flag(tokens, "--pipeline-parallel-size", 1)
         per_pod, nodes = gpus(container), node_count(comp)
         if tp * pp != nodes * per_pod:
-            yield Finding(target_of(obj), f"component {name_of(comp)}: TP {tp} x PP {pp} = {tp * pp} GPUs, "
-                          f"but {nodes} node(s) x {per_pod} GPUs per pod = {nodes * per_pod}")
+            yield Finding(
+                target_of(obj),
+                f"component {name_of(comp)}: TP {tp} x PP {pp} = {tp * pp} GPUs, "
+                f"but {nodes} node(s) x {per_pod} GPUs per pod = {nodes * per_pod}",
+            )
 
 
 def check_pods_take_whole_nodes(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -48,18 +51,25 @@ def check_pods_take_whole_nodes(obj: Mapping, ctx: Context) -> Iterator[Result]:
         product = gpu_product(pod_spec(comp))
         found = platform_for_product(product)
         if found is None:
-            yield Skipped(target_of(obj), f"component {name_of(comp)}: GPU product {shown(product)} not in "
-                          "recipes/platforms.yaml (pin it with nodeSelector/nodeAffinity on nvidia.com/gpu.product)")
+            yield Skipped(
+                target_of(obj),
+                f"component {name_of(comp)}: GPU product {shown(product)} not in "
+                "recipes/platforms.yaml (pin it with nodeSelector/nodeAffinity on nvidia.com/gpu.product)",
+            )
             continue
         if gpus(container) != found.gpus_per_node:
-            yield Finding(target_of(obj), f"component {name_of(comp)}: multinode pod requests {gpus(container)} "
-                          f"GPUs; a {found.name} node has {found.gpus_per_node}")
+            yield Finding(
+                target_of(obj),
+                f"component {name_of(comp)}: multinode pod requests {gpus(container)} "
+                f"GPUs; a {found.name} node has {found.gpus_per_node}",
+            )
 
 
 def check_multinode_claims_compute_domain(objects: Sequence[Mapping], ctx: Context) -> Iterator[Result]:
     templates = {
         ((o.get("spec") or {}).get("channel") or {}).get("resourceClaimTemplate", {}).get("name")
-        for o in objects if _is(o, "ComputeDomain")
+        for o in objects
+        if _is(o, "ComputeDomain")
     }
     for obj in objects:
         for comp in components(obj):
@@ -71,9 +81,12 @@ def check_multinode_claims_compute_domain(objects: Sequence[Mapping], ctx: Conte
             used = [c.get("name") for c in (container.get("resources") or {}).get("claims") or []]
             channel = [n for n in used if claims.get(n) in templates]
             if not channel:
-                yield Finding(target_of(obj), f"{where}: container main claims {sorted(used)} and the pod's "
-                              f"resourceClaims map to {sorted(filter(None, claims.values()))}; none is a ComputeDomain "
-                              f"channel template (known: {sorted(filter(None, templates))})")
+                yield Finding(
+                    target_of(obj),
+                    f"{where}: container main claims {sorted(used)} and the pod's "
+                    f"resourceClaims map to {sorted(filter(None, claims.values()))}; none is a ComputeDomain "
+                    f"channel template (known: {sorted(filter(None, templates))})",
+                )
             for name in used:
                 if name not in claims:
                     yield Finding(target_of(obj), f"{where}: container claim {name!r} has no pod resourceClaims entry")
@@ -86,8 +99,11 @@ def check_tp_group_pinned_to_clique(obj: Mapping, ctx: Context) -> Iterator[Resu
         affinity = (pod_spec(comp).get("affinity") or {}).get("podAffinity") or {}
         terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
         if not any(t.get("topologyKey") == CLIQUE_LABEL for t in terms):
-            yield Finding(target_of(obj), f"component {name_of(comp)}: {node_count(comp)}-node TP group has no "
-                          f"required podAffinity on {CLIQUE_LABEL}; its pods may land in different NVLink domains")
+            yield Finding(
+                target_of(obj),
+                f"component {name_of(comp)}: {node_count(comp)}-node TP group has no "
+                f"required podAffinity on {CLIQUE_LABEL}; its pods may land in different NVLink domains",
+            )
 
 
 def check_tp_group_fits_nvlink_domain(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -100,8 +116,11 @@ def check_tp_group_fits_nvlink_domain(obj: Mapping, ctx: Context) -> Iterator[Re
             yield Skipped(target_of(obj), f"component {name_of(comp)}: GPU product {shown(product)} unknown")
             continue
         if node_count(comp) > found.nvlink_domain_nodes:
-            yield Finding(target_of(obj), f"component {name_of(comp)}: {node_count(comp)} nodes per TP group; "
-                          f"one {found.name} NVLink domain holds {found.nvlink_domain_nodes}")
+            yield Finding(
+                target_of(obj),
+                f"component {name_of(comp)}: {node_count(comp)} nodes per TP group; "
+                f"one {found.name} NVLink domain holds {found.nvlink_domain_nodes}",
+            )
 
 
 def gpu_nodes(obj: Mapping) -> int:
@@ -118,8 +137,10 @@ def check_graph_fits_node_pool(objects: Sequence[Mapping], ctx: Context) -> Iter
         if not components(obj):
             continue
         if pool is None:
-            yield Skipped(target_of(obj), "GPU node pool size unknown (policy config gpu_node_pool_nodes, "
-                          "or a GPU node group in the same stack)")
+            yield Skipped(
+                target_of(obj),
+                "GPU node pool size unknown (policy config gpu_node_pool_nodes, or a GPU node group in the same stack)",
+            )
         elif gpu_nodes(obj) > int(pool):
             yield Finding(target_of(obj), f"graph needs {gpu_nodes(obj)} GPU nodes; the pool has {pool} ({source})")
 
@@ -133,13 +154,18 @@ def check_gpu_totals_match_recipe(obj: Mapping, ctx: Context) -> Iterator[Result
         return
     owned = [name_of(c) for c in components(obj) if planner_owned(c)]
     if owned:
-        yield Skipped(target_of(obj), f"replicas of {', '.join(owned)} are the planner's (scaling adapter): the "
-                      "total moves within its GPU budget (kimi_k3/autoscaling.py checks the budget against the block)")
+        yield Skipped(
+            target_of(obj),
+            f"replicas of {', '.join(owned)} are the planner's (scaling adapter): the "
+            "total moves within its GPU budget (kimi_k3/graph/autoscaling.py checks the budget against the block)",
+        )
         return
     total = sum(replicas(c) * node_count(c) * gpus(main_container(c)) for c in components(obj))
     if total != int(expected):
-        yield Finding(target_of(obj), f"components request {total} GPUs (replicas x nodes x GPUs per pod); "
-                      f"the recipe computed {expected}")
+        yield Finding(
+            target_of(obj),
+            f"components request {total} GPUs (replicas x nodes x GPUs per pod); the recipe computed {expected}",
+        )
 
 
 # vLLM --kv-cache-dtype values -> the planner's dtype names ("auto" is the checkpoint's bf16).
@@ -156,7 +182,8 @@ def check_model_fits_at_tp(obj: Mapping, ctx: Context) -> Iterator[Result]:
         tp = _int_flag(tokens, "--tensor-parallel-size", 1)
         kwargs: dict[str, Any] = {
             "dcp": _int_flag(tokens, "--decode-context-parallel-size", 1),
-            "kv_cache_dtype": _KV_DTYPES.get(flags.flag_value(tokens, "--kv-cache-dtype") or "auto", "bf16")}
+            "kv_cache_dtype": _KV_DTYPES.get(flags.flag_value(tokens, "--kv-cache-dtype") or "auto", "bf16"),
+        }
         if flags.flag_value(tokens, "--gpu-memory-utilization"):
             kwargs["gpu_memory_utilization"] = float(flags.flag_value(tokens, "--gpu-memory-utilization"))
         if flags.flag_value(tokens, "--max-model-len"):

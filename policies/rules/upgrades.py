@@ -1,7 +1,7 @@
 """Upgrade rules: what a change does to a running stack (family `upgrades`).
 
 These rules read a transition, not a state: the classification of every resource between the deployed side and
-the new side (kimi_k3.replacement: create / update / replace / delete / same, from pulumi-kubernetes' and the
+the new side (kimi_k3.offline.replacement: create / update / replace / delete / same, from pulumi-kubernetes' and the
 engine's own rules). A CrossGuard pack cannot run them: the analyzer protocol (pulumi/proto analyzer.proto:
 AnalyzeRequest / AnalyzerResource carry type, properties, urn, name, options {protect, ignoreChanges,
 deleteBeforeReplace, aliases, customTimeouts, parent}, provider; AnalyzerStackConfigure carries stack, project,
@@ -10,16 +10,27 @@ config, dry_run) has no old state and no planned step. They run offline instead,
 does this with the stack's real state) and `kimi-k3 diff` (base render -> head render). What the pack can see
 statelessly is checked there too: `graph-named-stably` (an object rule in the registry).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from kimi_k3 import flags
-from kimi_k3 import replacement as R
-from kimi_k3.graph import GRAPH_NAME
-
-from .base import ADVISORY, MANDATORY, Finding, Result, Skipped, Violation, frontends, name_of, target_of, workers
+from kimi_k3.names import GRAPH_NAME
+from kimi_k3.offline import replacement as R
+from policies.rules.base import (
+    ADVISORY,
+    MANDATORY,
+    Finding,
+    Result,
+    Skipped,
+    Violation,
+    frontends,
+    name_of,
+    target_of,
+    workers,
+)
 
 DGD_KIND = "DynamoGraphDeployment"
 # Resources that hold the ~1.5 TB of weights, or hold what holds them (deleting a namespace deletes its PVCs).
@@ -34,7 +45,7 @@ class TransitionRule:
     description: str
     level: str
     check: Callable[..., Iterable[Result]]
-    on_records: bool = False      # check(base records, head records) instead of check(classifications)
+    on_records: bool = False  # check(base records, head records) instead of check(classifications)
 
 
 def _kind(c: R.Classification) -> str:
@@ -57,16 +68,25 @@ def check_graph_updated_in_place(classes: Sequence[R.Classification]) -> Iterato
         if _kind(c) != DGD_KIND:
             continue
         if c.action == R.REPLACE:
-            yield Finding(_target(c), f"would be REPLACED, not patched ({_why(c)}): a re-created graph loses the "
-                          "operator's worker-hash annotations and leaves the previous worker generation running "
-                          "(ai-dynamo/dynamo#13495). Keep its name and namespace; to move it, stage it "
-                          "(docs/operating.md#moving-the-graph)")
+            yield Finding(
+                _target(c),
+                f"would be REPLACED, not patched ({_why(c)}): a re-created graph loses the "
+                "operator's worker-hash annotations and leaves the previous worker generation running "
+                "(ai-dynamo/dynamo#13495). Keep its name and namespace; to move it, stage it "
+                "(docs/operating.md#moving-the-graph)",
+            )
         elif c.moved:
-            yield Finding(_target(c), f"changes its Pulumi URN ({c.action}, other side {c.moved}): Pulumi deletes "
-                          "and re-creates the graph; keep the resource name and parent (or add an alias)")
+            yield Finding(
+                _target(c),
+                f"changes its Pulumi URN ({c.action}, other side {c.moved}): Pulumi deletes "
+                "and re-creates the graph; keep the resource name and parent (or add an alias)",
+            )
         elif c.action == R.DELETE:
-            yield Finding(_target(c), "would be DELETED by an update; to tear down keeping the weights use "
-                          "`make park` (docs/aws.md, Teardown), which does not go through this check")
+            yield Finding(
+                _target(c),
+                "would be DELETED by an update; to tear down keeping the weights use "
+                "`make park` (docs/aws.md, Teardown), which does not go through this check",
+            )
 
 
 def check_model_cache_kept(classes: Sequence[R.Classification]) -> Iterator[Result]:
@@ -76,9 +96,12 @@ def check_model_cache_kept(classes: Sequence[R.Classification]) -> Iterator[Resu
         if c.action == R.DELETE and c.retained and not c.moved:
             continue  # dropped from the stack, left in place (retainOnDelete): the weights stay
         stop = " `pulumi up` would stop here (protect), after creating what comes before it." if c.blocked else ""
-        yield Finding(_target(c), f"holds the model cache and would be {c.action.upper()}D ({_why(c)}).{stop} "
-                      "Weights are never re-downloaded by accident: revert the change, or follow "
-                      "docs/operating.md#moving-the-cache")
+        yield Finding(
+            _target(c),
+            f"holds the model cache and would be {c.action.upper()}D ({_why(c)}).{stop} "
+            "Weights are never re-downloaded by accident: revert the change, or follow "
+            "docs/operating.md#moving-the-cache",
+        )
 
 
 CLUSTER_TYPE = "aws:eks/cluster:Cluster"
@@ -89,17 +112,23 @@ def check_cluster_kept(classes: Sequence[R.Classification]) -> Iterator[Result]:
     in-cluster object (the Capacity Block's GPU nodes included) and needs a new kubeconfig."""
     for c in classes:
         if c.type == CLUSTER_TYPE and c.action in (R.REPLACE, R.DELETE):
-            yield Finding(_target(c), f"the EKS cluster would be {c.action.upper()}D ({_why(c)}): every node, add-on "
-                          "and object in it would be re-created. Revert the change, or add the input to the "
-                          "cluster's ignore_changes (components/aws/cluster.py) so existing clusters keep theirs")
+            yield Finding(
+                _target(c),
+                f"the EKS cluster would be {c.action.upper()}D ({_why(c)}): every node, add-on "
+                "and object in it would be re-created. Revert the change, or add the input to the "
+                "cluster's ignore_changes (components/aws/cluster.py) so existing clusters keep theirs",
+            )
 
 
 def check_replacement_certain(classes: Sequence[R.Classification]) -> Iterator[Result]:
     for c in classes:
         if not c.certain and c.action != R.SAME:
             changed = ", ".join(ch.path for ch in c.changes[:4])
-            yield Finding(_target(c), f"{c.action} of {changed}: whether the provider replaces this is not modelled "
-                          "offline (recipes/aws-force-new.yaml); read `pulumi preview --diff` before `up`")
+            yield Finding(
+                _target(c),
+                f"{c.action} of {changed}: whether the provider replaces this is not modelled "
+                "offline (recipes/aws-force-new.yaml); read `pulumi preview --diff` before `up`",
+            )
 
 
 def _graph_components(records: Iterable[Mapping]) -> dict[str, Mapping]:
@@ -122,36 +151,61 @@ def check_planner_takes_over_single_replicas(base: Sequence[Mapping], head: Sequ
             continue
         n = int(before.get("replicas", 1))
         if n != 1:
-            yield Finding(f"{DGD_KIND}/{GRAPH_NAME} component {name}", f"runs {n} replicas that this program set; "
-                          "handing it to the planner drops the count to the operator's default 1, which the "
-                          "operator's webhook refuses (a scaling-adapter component's count changes only through its "
-                          "adapter), so `pulumi up` would fail at the graph. Set that role to 1 replica first "
-                          "(`make up`), then enable kimi-k3:serving.autoscaling; the planner raises it to its floor")
+            yield Finding(
+                f"{DGD_KIND}/{GRAPH_NAME} component {name}",
+                f"runs {n} replicas that this program set; "
+                "handing it to the planner drops the count to the operator's default 1, which the "
+                "operator's webhook refuses (a scaling-adapter component's count changes only through its "
+                "adapter), so `pulumi up` would fail at the graph. Set that role to 1 replica first "
+                "(`make up`), then enable kimi-k3:serving.autoscaling; the planner raises it to its floor",
+            )
 
 
 TRANSITION_RULES: tuple[TransitionRule, ...] = (
-    TransitionRule("graph-updated-in-place", "A change patches the DynamoGraphDeployment; it is never replaced.",
-                   MANDATORY, check_graph_updated_in_place),
-    TransitionRule("model-cache-kept", "A change never replaces or deletes the model cache or its namespace.",
-                   MANDATORY, check_model_cache_kept),
-    TransitionRule("cluster-kept", "A change never replaces or deletes the EKS cluster.",
-                   MANDATORY, check_cluster_kept),
-    TransitionRule("replacement-certain", "Every changed resource's update-vs-replace is known offline.",
-                   ADVISORY, check_replacement_certain),
-    TransitionRule("planner-takes-over-single-replicas", "Switching the SLA planner on hands it only worker roles "
-                   "this program ran at 1 replica (the operator's webhook refuses any other count change).",
-                   MANDATORY, check_planner_takes_over_single_replicas, on_records=True),
+    TransitionRule(
+        "graph-updated-in-place",
+        "A change patches the DynamoGraphDeployment; it is never replaced.",
+        MANDATORY,
+        check_graph_updated_in_place,
+    ),
+    TransitionRule(
+        "model-cache-kept",
+        "A change never replaces or deletes the model cache or its namespace.",
+        MANDATORY,
+        check_model_cache_kept,
+    ),
+    TransitionRule(
+        "cluster-kept", "A change never replaces or deletes the EKS cluster.", MANDATORY, check_cluster_kept
+    ),
+    TransitionRule(
+        "replacement-certain",
+        "Every changed resource's update-vs-replace is known offline.",
+        ADVISORY,
+        check_replacement_certain,
+    ),
+    TransitionRule(
+        "planner-takes-over-single-replicas",
+        "Switching the SLA planner on hands it only worker roles "
+        "this program ran at 1 replica (the operator's webhook refuses any other count change).",
+        MANDATORY,
+        check_planner_takes_over_single_replicas,
+        on_records=True,
+    ),
 )
 
 
-def run_transition_rules(base: Iterable[Mapping], head: Iterable[Mapping]
-                         ) -> tuple[list[R.Classification], list[Violation]]:
+def run_transition_rules(
+    base: Iterable[Mapping], head: Iterable[Mapping]
+) -> tuple[list[R.Classification], list[Violation]]:
     """Classify base -> head (resource records) and run every transition rule on the result."""
     base, head = list(base), list(head)
     classes = R.classify(base, head)
-    violations = [Violation(rule.name, f.target, f.message, rule.level) for rule in TRANSITION_RULES
-                  for f in (rule.check(base, head) if rule.on_records else rule.check(classes))
-                  if isinstance(f, Finding)]
+    violations = [
+        Violation(rule.name, f.target, f.message, rule.level)
+        for rule in TRANSITION_RULES
+        for f in (rule.check(base, head) if rule.on_records else rule.check(classes))
+        if isinstance(f, Finding)
+    ]
     return classes, sorted(violations)
 
 
@@ -163,8 +217,11 @@ def check_graph_named_stably(obj: Mapping, ctx) -> Iterator[Result]:
     if obj.get("kind") != DGD_KIND or (meta.get("labels") or {}).get(PART_OF[0]) != PART_OF[1]:
         return
     if meta.get("name") != GRAPH_NAME:
-        yield Finding(target_of(obj), f"named {meta.get('name')!r}, not {GRAPH_NAME!r}: a graph name that follows "
-                      "the recipe or other config replaces the graph when that config changes (dynamo#13495)")
+        yield Finding(
+            target_of(obj),
+            f"named {meta.get('name')!r}, not {GRAPH_NAME!r}: a graph name that follows "
+            "the recipe or other config replaces the graph when that config changes (dynamo#13495)",
+        )
 
 
 def check_frontend_migrates_requests(obj: Mapping, ctx) -> Iterator[Result]:
@@ -177,31 +234,45 @@ def check_frontend_migrates_requests(obj: Mapping, ctx) -> Iterator[Result]:
     for comp, _, tokens in routed:
         # dynamo.vllm read it up to 0.9.1; from 1.0.0 it passes unknown flags to vLLM's parser, which exits
         if flags.has_flag(tokens, "--migration-limit") or flags.has_flag(tokens, "--migration-max-seq-len"):
-            yield Finding(target_of(obj), f"component {name_of(comp)}: --migration-limit/--migration-max-seq-len on a "
-                          "dynamo.vllm worker: a frontend flag since Dynamo 1.0.0, and an unknown flag stops the "
-                          "worker at startup (vLLM's argument parser); set it on the frontend")
+            yield Finding(
+                target_of(obj),
+                f"component {name_of(comp)}: --migration-limit/--migration-max-seq-len on a "
+                "dynamo.vllm worker: a frontend flag since Dynamo 1.0.0, and an unknown flag stops the "
+                "worker at startup (vLLM's argument parser); set it on the frontend",
+            )
     for fe, container, tokens in frontends(obj):
         raw = flags.flag_value(tokens, "--migration-limit")
         where = "--migration-limit"
         if raw is None and not flags.has_flag(tokens, "--migration-limit"):
             env = flags.container_env(container)
             if "DYN_MIGRATION_LIMIT" in env and env["DYN_MIGRATION_LIMIT"] is None:
-                yield Skipped(target_of(obj), f"frontend {name_of(fe)}: DYN_MIGRATION_LIMIT comes from a reference "
-                              "(valueFrom): its value cannot be read here")
+                yield Skipped(
+                    target_of(obj),
+                    f"frontend {name_of(fe)}: DYN_MIGRATION_LIMIT comes from a reference "
+                    "(valueFrom): its value cannot be read here",
+                )
                 continue
             raw, where = env.get("DYN_MIGRATION_LIMIT"), "DYN_MIGRATION_LIMIT"
         if raw is None:
-            yield Finding(target_of(obj), f"frontend {name_of(fe)}: no --migration-limit, so Dynamo's default 0: "
-                          "request migration is off and every response streaming from a worker that a rollout "
-                          "terminates (or that dies) fails at the client; set --migration-limit N > 0 on the frontend")
+            yield Finding(
+                target_of(obj),
+                f"frontend {name_of(fe)}: no --migration-limit, so Dynamo's default 0: "
+                "request migration is off and every response streaming from a worker that a rollout "
+                "terminates (or that dies) fails at the client; set --migration-limit N > 0 on the frontend",
+            )
             continue
         try:
             limit = int(raw)
         except ValueError:
-            yield Finding(target_of(obj), f"frontend {name_of(fe)}: {where} {raw!r} is not an integer (the "
-                          "frontend exits at startup)")
+            yield Finding(
+                target_of(obj),
+                f"frontend {name_of(fe)}: {where} {raw!r} is not an integer (the frontend exits at startup)",
+            )
             continue
         if limit <= 0:
-            yield Finding(target_of(obj), f"frontend {name_of(fe)}: {where} {limit} turns request migration off: "
-                          "every response streaming from a worker that a rollout terminates (or that dies) fails at "
-                          "the client; set it above 0")
+            yield Finding(
+                target_of(obj),
+                f"frontend {name_of(fe)}: {where} {limit} turns request migration off: "
+                "every response streaming from a worker that a rollout terminates (or that dies) fails at "
+                "the client; set it above 0",
+            )

@@ -5,6 +5,7 @@ garbage collection) and the real Pulumi CLI on a local file backend, all inside 
 Tools come from `tools/engine/build.sh` (Go modules pinned in tools/engine/versions.env); a `pulumi` already on
 PATH wins over ours (users keep their own CLI): our bin directory is appended to PATH, not prepended.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,24 +50,29 @@ def only_loopback() -> list[str]:
 def tool_dir() -> Path:
     """Build (or reuse) the pinned tools; the CLI only when no `pulumi` is on PATH."""
     want = ["provider", "kube", "etcd", "monitoring-crds"] + ([] if shutil.which("pulumi") else ["pulumi"])
-    out = subprocess.run([str(ROOT / "tools/engine/build.sh"), *want], check=True, stdout=subprocess.PIPE,
-                         text=True).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run([str(ROOT / "tools/engine/build.sh"), *want], check=True, stdout=subprocess.PIPE, text=True)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return Path(out)
 
 
 def tool_env(bin_dir: Path, home: Path, passphrase: str) -> dict[str, str]:
     (home / "state").mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
-    env.update({
-        "PATH": f"{os.environ.get('PATH', '')}:{bin_dir}",  # a user's own `pulumi` comes first
-        "PULUMI_HOME": str(home / "pulumi-home"),           # no plugins or credentials of the user's
-        "PULUMI_BACKEND_URL": f"file://{home / 'state'}",
-        "PULUMI_CONFIG_PASSPHRASE": passphrase,
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-        "PULUMI_SKIP_CONFIRMATIONS": "true",
-        "KUBECONFIG": str(home / "kubeconfig"),
-    })
+    env.update(
+        {
+            "PATH": f"{os.environ.get('PATH', '')}:{bin_dir}",  # a user's own `pulumi` comes first
+            "PULUMI_HOME": str(home / "pulumi-home"),  # no plugins or credentials of the user's
+            "PULUMI_BACKEND_URL": f"file://{home / 'state'}",
+            "PULUMI_CONFIG_PASSPHRASE": passphrase,
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_SKIP_CONFIRMATIONS": "true",
+            "KUBECONFIG": str(home / "kubeconfig"),
+        }
+    )
     return env
 
 
@@ -102,37 +108,92 @@ class Cluster:
         self.kubeconfig = w / "kubeconfig"
         self.kubeconfig.write_text(self.kubeconfig_text())
         log("starting etcd, kube-apiserver, kube-controller-manager on loopback")
-        self._start("etcd", [
-            str(self.bin / "etcd"), "--name", "lane", "--data-dir", str(w / "etcd"),
-            "--listen-client-urls", f"http://127.0.0.1:{ETCD_PORT}",
-            "--advertise-client-urls", f"http://127.0.0.1:{ETCD_PORT}",
-            "--listen-peer-urls", f"http://127.0.0.1:{ETCD_PEER_PORT}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{ETCD_PEER_PORT}",
-            "--initial-cluster", f"lane=http://127.0.0.1:{ETCD_PEER_PORT}",
-            "--unsafe-no-fsync", "--log-level", "warn"])
-        self._start("kube-apiserver", [
-            str(self.bin / "kube-apiserver"), "--etcd-servers", f"http://127.0.0.1:{ETCD_PORT}",
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(API_PORT),
-            "--cert-dir", str(w / "certs"), "--token-auth-file", str(w / "tokens.csv"),
-            "--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.96.0.0/16",
-            "--service-account-issuer", "https://kubernetes.default.svc",
-            "--service-account-key-file", str(w / "sa.key"), "--service-account-signing-key-file", str(w / "sa.key"),
-            "--enable-priority-and-fairness=false", "--profiling=false", "-v=1"])
+        self._start(
+            "etcd",
+            [
+                str(self.bin / "etcd"),
+                "--name",
+                "lane",
+                "--data-dir",
+                str(w / "etcd"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{ETCD_PORT}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{ETCD_PORT}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{ETCD_PEER_PORT}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{ETCD_PEER_PORT}",
+                "--initial-cluster",
+                f"lane=http://127.0.0.1:{ETCD_PEER_PORT}",
+                "--unsafe-no-fsync",
+                "--log-level",
+                "warn",
+            ],
+        )
+        self._start(
+            "kube-apiserver",
+            [
+                str(self.bin / "kube-apiserver"),
+                "--etcd-servers",
+                f"http://127.0.0.1:{ETCD_PORT}",
+                "--bind-address",
+                "127.0.0.1",
+                "--advertise-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(API_PORT),
+                "--cert-dir",
+                str(w / "certs"),
+                "--token-auth-file",
+                str(w / "tokens.csv"),
+                "--authorization-mode",
+                "RBAC",
+                "--service-cluster-ip-range",
+                "10.96.0.0/16",
+                "--service-account-issuer",
+                "https://kubernetes.default.svc",
+                "--service-account-key-file",
+                str(w / "sa.key"),
+                "--service-account-signing-key-file",
+                str(w / "sa.key"),
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "-v=1",
+            ],
+        )
         self.wait_ready()
         # Garbage collection (Pulumi deletes with foreground propagation: the GC removes the finalizer) and the
         # namespace and DaemonSet controllers (with no nodes a DaemonSet is complete at 0 pods); no Job controller.
-        self._start("kube-controller-manager", [
-            str(self.bin / "kube-controller-manager"), "--kubeconfig", str(self.kubeconfig),
-            "--controllers", "garbagecollector,namespace,daemonset", "--leader-elect=false", "--bind-address", "127.0.0.1",
-            "--secure-port", "10257", "-v=1"])
+        self._start(
+            "kube-controller-manager",
+            [
+                str(self.bin / "kube-controller-manager"),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--controllers",
+                "garbagecollector,namespace,daemonset",
+                "--leader-elect=false",
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                "10257",
+                "-v=1",
+            ],
+        )
         return self
 
     def kubeconfig_text(self) -> str:
-        return yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "lane",
-            "clusters": [{"name": "lane", "cluster": {"server": self.url, "insecure-skip-tls-verify": True}}],
-            "users": [{"name": "lane-admin", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "lane", "context": {"cluster": "lane", "user": "lane-admin"}}]})
+        return yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "lane",
+                "clusters": [{"name": "lane", "cluster": {"server": self.url, "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "lane-admin", "user": {"token": TOKEN}}],
+                "contexts": [{"name": "lane", "context": {"cluster": "lane", "user": "lane-admin"}}],
+            }
+        )
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -193,8 +254,13 @@ class Cluster:
     def add_storage_class(self, name: str) -> None:
         """A ReadWriteMany class as an existing cluster would have; WaitForFirstConsumer, as no pod ever consumes the
         claim here (pulumi-kubernetes waits for an Immediate claim to be Bound, which needs a provisioner)."""
-        sc = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
-              "provisioner": "lane.kimi-k3.local/none", "volumeBindingMode": "WaitForFirstConsumer"}
+        sc = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": "lane.kimi-k3.local/none",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }
         r = self.request("POST", "/apis/storage.k8s.io/v1/storageclasses", json=sc)
         if r.status_code not in (201, 409):
             raise RuntimeError(f"StorageClass {name}: {r.status_code} {r.text[:300]}")
@@ -218,8 +284,9 @@ class Cluster:
         if r.status_code == 404:
             return None
         r.raise_for_status()
-        return next((res["name"] for res in r.json()["resources"] if res["kind"] == kind and "/" not in res["name"]),
-                    None)
+        return next(
+            (res["name"] for res in r.json()["resources"] if res["kind"] == kind and "/" not in res["name"]), None
+        )
 
     def get(self, obj: dict) -> Optional[dict]:
         plural = self.plural(obj["apiVersion"], obj["kind"])
@@ -232,8 +299,12 @@ class Cluster:
     def set_status(self, obj: dict, status: dict) -> None:
         """Stand in for the controller that would set `status` (no kubelet or operator runs here)."""
         plural = self.plural(obj["apiVersion"], obj["kind"])
-        r = self.request("PATCH", f"{self.path_of(obj, plural)}/{obj['metadata']['name']}/status",
-                         data=json.dumps({"status": status}), headers={"Content-Type": "application/merge-patch+json"})
+        r = self.request(
+            "PATCH",
+            f"{self.path_of(obj, plural)}/{obj['metadata']['name']}/status",
+            data=json.dumps({"status": status}),
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
         if r.status_code >= 300:
             raise RuntimeError(f"status of {obj['kind']}/{obj['metadata']['name']}: {r.status_code} {r.text[:400]}")
 
@@ -247,8 +318,12 @@ CrdLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader
 
 
 def read_crds(files: Iterable[Path]) -> list[dict]:
-    return [crd for f in files for crd in yaml.load_all(f.read_text(), Loader=CrdLoader)
-            if crd and crd.get("kind") == "CustomResourceDefinition"]
+    return [
+        crd
+        for f in files
+        for crd in yaml.load_all(f.read_text(), Loader=CrdLoader)
+        if crd and crd.get("kind") == "CustomResourceDefinition"
+    ]
 
 
 def upstream_crds(reference: Path) -> Optional[list[dict]]:
@@ -291,14 +366,26 @@ def open_schema_crd(api_version: str, kind: str, namespaced: bool) -> dict:
     group, version = api_version.split("/")
     plural = plural_of(kind)
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}",
-                     "annotations": {"kimi-k3.io/engine-lane": "open schema: upstream CRD not available"}},
-        "spec": {"group": group, "scope": "Namespaced" if namespaced else "Cluster",
-                 "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
-                 "versions": [{"name": version, "served": True, "storage": True, "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {"type": "object",
-                                                              "x-kubernetes-preserve-unknown-fields": True}}}]},
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{group}",
+            "annotations": {"kimi-k3.io/engine-lane": "open schema: upstream CRD not available"},
+        },
+        "spec": {
+            "group": group,
+            "scope": "Namespaced" if namespaced else "Cluster",
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
     }
 
 
@@ -306,9 +393,15 @@ def crd_identity(crd: dict, version: str) -> dict:
     """What a client addresses: group, version (served), kind, plural, scope, status subresource."""
     spec = crd["spec"]
     v = next((v for v in spec["versions"] if v["name"] == version), None)
-    return {"group": spec["group"], "kind": spec["names"]["kind"], "plural": spec["names"]["plural"],
-            "scope": spec["scope"], "version": version, "served": bool(v and v.get("served")),
-            "status": bool(v and "status" in (v.get("subresources") or {}))}
+    return {
+        "group": spec["group"],
+        "kind": spec["names"]["kind"],
+        "plural": spec["names"]["plural"],
+        "scope": spec["scope"],
+        "version": version,
+        "served": bool(v and v.get("served")),
+        "status": bool(v and "status" in (v.get("subresources") or {})),
+    }
 
 
 def selects(selector: dict, labels: dict) -> bool:
@@ -317,15 +410,28 @@ def selects(selector: dict, labels: dict) -> bool:
         return False
     for e in selector.get("matchExpressions") or []:
         key, op, values = e["key"], e["operator"], e.get("values") or []
-        if not {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
-                "Exists": key in labels, "DoesNotExist": key not in labels}[op]:
+        if not {
+            "In": key in labels and labels[key] in values,
+            "NotIn": labels.get(key) not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]:
             return False
     return True
 
 
 # Fields the API server or its controllers set; everything else must be what `kimi-k3 render` wrote.
-SERVER_METADATA = {"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
-                   "deletionTimestamp", "deletionGracePeriodSeconds", "finalizers"}
+SERVER_METADATA = {
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "finalizers",
+}
 
 
 def strip_server_fields(live: dict) -> dict:

@@ -16,15 +16,15 @@ Plus: `kimi-k3 diff` (offline, the PR workflow's) and `pulumi preview --diff` ag
 CRDs: the Prometheus Operator's from its Go module (tools/engine/build.sh monitoring-crds), always; the Dynamo and DRA
 ones unmodified from ../shared/reference where it exists, else open-schema CRDs of the same group/version/kind/plural
 (lane.open_schema_crd): then the API server checks names and scope only, not upstream's fields, types, enums, CEL
-rules or defaults (tests/test_schemas.py checks the render against upstream's schemas where ../shared exists, and
+rules or defaults (tests/stacks/test_schemas.py checks the render against upstream's schemas where ../shared exists, and
 test_open_schema_crds_name_what_upstream_serves checks the fallback's names against upstream's).
 
 No kubelet or operator runs: the harness sets the status a controller would (download Job Complete, graph Ready)
 once the object exists, so the program's real awaits (`pulumi.com/waitFor`) complete.
 """
+
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -39,10 +39,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import lane
 import pytest
 import yaml
-
-import lane
 
 # The harness talks to the API server's self-signed loopback certificate without verifying it (lane.Cluster).
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
@@ -52,8 +51,16 @@ DIFF_STACK = "gb300-disagg"  # the stack on which offline diff and preview --dif
 COMMAND_TIMEOUT_S = 600
 REPORT: dict = {"steps": []}
 # Project files the lane's temporary project links to (stack files are the lane's own).
-PROJECT_ENTRIES = ("Pulumi.yaml", "__main__.py", "components", "kimi_k3", "recipes", "policies", ".venv",
-                   "pyproject.toml")
+PROJECT_ENTRIES = (
+    "Pulumi.yaml",
+    "__main__.py",
+    "components",
+    "kimi_k3",
+    "recipes",
+    "policies",
+    ".venv",
+    "pyproject.toml",
+)
 
 
 def evidence(stack: str, step: str, seconds: float, **facts) -> None:
@@ -65,8 +72,10 @@ def evidence(stack: str, step: str, seconds: float, **facts) -> None:
 def world():
     interfaces = lane.only_loopback()
     if interfaces != ["lo"]:
-        pytest.skip(f"the lane runs only in a network namespace with loopback alone (make test-engine uses "
-                    f"`unshare -n`); this one has {interfaces}")
+        pytest.skip(
+            f"the lane runs only in a network namespace with loopback alone (make test-engine uses "
+            f"`unshare -n`); this one has {interfaces}"
+        )
     # A SIGTERM (timeout, CI) unwinds like Ctrl-C, so the servers below are stopped by the finally clause.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt("SIGTERM")))
     bin_dir = Path(os.environ["ENGINE_BIN"]) if os.environ.get("ENGINE_BIN") else lane.tool_dir()
@@ -89,10 +98,13 @@ def world():
         env["KUBECONFIG"] = str(cluster.kubeconfig)
         out = subprocess.run(["pulumi", "version"], env=env, capture_output=True, text=True, check=True)
         REPORT["pulumi"] = out.stdout.strip()
-        REPORT["pulumi_path"] = subprocess.run(["sh", "-c", "command -v pulumi"], env=env, capture_output=True,
-                                               text=True).stdout.strip()
-        lane.log(f"pulumi {REPORT['pulumi']} at {REPORT['pulumi_path']}; API server {version['gitVersion']}; "
-                 f"{len(crds['installed'])} CRDs")
+        REPORT["pulumi_path"] = subprocess.run(
+            ["sh", "-c", "command -v pulumi"], env=env, capture_output=True, text=True
+        ).stdout.strip()
+        lane.log(
+            f"pulumi {REPORT['pulumi']} at {REPORT['pulumi_path']}; API server {version['gitVersion']}; "
+            f"{len(crds['installed'])} CRDs"
+        )
         yield {"cluster": cluster, "env": env, "project": project, "work": work, "custom_kinds": custom_kinds}
     finally:
         cluster.stop()
@@ -113,8 +125,13 @@ def rendered_kinds(work: Path) -> dict[tuple[str, str], bool]:
     for stack in STACKS:
         (project / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": lane_config(stack)}, sort_keys=False))
     out = work / "kinds-render"
-    proc = subprocess.run([str(lane.ROOT / ".venv/bin/kimi-k3"), "render", *STACKS, "--out", str(out),
-                           "--no-critical-path"], cwd=project, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    proc = subprocess.run(
+        [str(lane.ROOT / ".venv/bin/kimi-k3"), "render", *STACKS, "--out", str(out), "--no-critical-path"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
     assert proc.returncode == 0, f"kimi-k3 render {' '.join(STACKS)}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     kinds: dict[tuple[str, str], bool] = {}
     for stack in STACKS:
@@ -137,31 +154,48 @@ def install_crds(cluster: lane.Cluster, bin_dir: Path, used: dict[tuple[str, str
         mode, rest = f"upstream CRDs from {lane.SHARED_REFERENCE} (schema-validated)", upstream
     else:
         have = {lane.crd_kind(c) for c in monitoring}
-        rest = [lane.open_schema_crd(api, kind, ns) for (api, kind), ns in sorted(custom.items())
-                if (api.split("/")[0], kind) not in have]
-        mode = (f"open-schema CRDs for {', '.join(c['spec']['names']['kind'] for c in rest)} ({lane.SHARED_REFERENCE} "
-                f"absent: names and scope checked, not upstream's schemas)")
+        rest = [
+            lane.open_schema_crd(api, kind, ns)
+            for (api, kind), ns in sorted(custom.items())
+            if (api.split("/")[0], kind) not in have
+        ]
+        mode = (
+            f"open-schema CRDs for {', '.join(c['spec']['names']['kind'] for c in rest)} ({lane.SHARED_REFERENCE} "
+            f"absent: names and scope checked, not upstream's schemas)"
+        )
     installed = cluster.install_crds(monitoring + rest)
     unserved = sorted(f"{api} {kind}" for api, kind in used if cluster.served(api, kind) is None)
     assert not unserved, f"kinds the renders use that the API server does not serve after the CRDs: {unserved}"
-    lane.log(f"CRDs: {mode}; Prometheus Operator {', '.join(c['spec']['names']['kind'] for c in monitoring)} from "
-             f"its Go module (schema-validated)")
+    lane.log(
+        f"CRDs: {mode}; Prometheus Operator {', '.join(c['spec']['names']['kind'] for c in monitoring)} from "
+        f"its Go module (schema-validated)"
+    )
     return {"mode": mode, "installed": installed, "monitoring": [c["metadata"]["name"] for c in monitoring]}, custom
 
 
-def pulumi(world, *args: str, check: bool = True, stack: str | None = None,
-           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def pulumi(
+    world, *args: str, check: bool = True, stack: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     cmd = ["pulumi", *args, "--non-interactive", "--color", "never"] + (["--stack", stack] if stack else [])
     start = time.monotonic()
     # Own process group: on a timeout the CLI, its language host, provider and policy pack all end with it.
-    child = subprocess.Popen(cmd, cwd=world["project"], env={**world["env"], **(env or {})}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    child = subprocess.Popen(
+        cmd,
+        cwd=world["project"],
+        env={**world["env"], **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = child.communicate(timeout=COMMAND_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)
         out, err = child.communicate()
-        raise AssertionError(f"{' '.join(cmd)} did not finish within {COMMAND_TIMEOUT_S}s\n{out[-4000:]}\n{err[-2000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} did not finish within {COMMAND_TIMEOUT_S}s\n{out[-4000:]}\n{err[-2000:]}"
+        )
     except BaseException:  # Ctrl-C, or the SIGTERM of a timeout: the CLI's process group ends with the lane
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
@@ -171,12 +205,15 @@ def pulumi(world, *args: str, check: bool = True, stack: str | None = None,
     except ProcessLookupError:
         pass
     proc = subprocess.CompletedProcess(cmd, child.returncode, out, err)
-    shown = [("[secret]" if i and cmd[i - 1].startswith("kimi-k3:") and "--secret" in cmd else a)
-             for i, a in enumerate(cmd)]
+    shown = [
+        ("[secret]" if i and cmd[i - 1].startswith("kimi-k3:") and "--secret" in cmd else a) for i, a in enumerate(cmd)
+    ]
     lane.log(f"$ {' '.join(shown)} -> {proc.returncode} ({time.monotonic() - start:.1f}s)")
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n"
-                             f"--- stderr\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n"
+            f"--- stderr\n{proc.stderr[-3000:]}"
+        )
     return proc
 
 
@@ -206,8 +243,13 @@ def init_stack(world, stack: str, config: dict) -> None:
 
 
 def render(world, stack: str, out: Path) -> list[dict]:
-    proc = subprocess.run([str(lane.ROOT / ".venv/bin/kimi-k3"), "render", stack, "--out", str(out)],
-                          cwd=world["project"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    proc = subprocess.run(
+        [str(lane.ROOT / ".venv/bin/kimi-k3"), "render", stack, "--out", str(out)],
+        cwd=world["project"],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
     assert proc.returncode == 0, f"kimi-k3 render {stack}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     return [o for o in yaml.safe_load_all((out / "manifests.yaml").read_text()) if o]
 
@@ -226,14 +268,35 @@ class StatusSetter:
     def status_for(self, kind: str) -> dict:
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         if kind == "Job":
-            cond = {"status": "True", "lastProbeTime": now, "lastTransitionTime": now, "reason": "EngineLane",
-                    "message": "set by the engine lane (no kubelet)"}
-            return {"startTime": now, "completionTime": now, "succeeded": 1, "active": 0, "ready": 0,
-                    "terminating": 0, "uncountedTerminatedPods": {},
-                    "conditions": [{"type": "SuccessCriteriaMet", **cond}, {"type": "Complete", **cond}]}
-        return {"state": "successful", "conditions": [{
-            "type": "Ready", "status": "True", "lastTransitionTime": now, "reason": "EngineLane",
-            "message": "set by the engine lane (no operator)"}]}
+            cond = {
+                "status": "True",
+                "lastProbeTime": now,
+                "lastTransitionTime": now,
+                "reason": "EngineLane",
+                "message": "set by the engine lane (no kubelet)",
+            }
+            return {
+                "startTime": now,
+                "completionTime": now,
+                "succeeded": 1,
+                "active": 0,
+                "ready": 0,
+                "terminating": 0,
+                "uncountedTerminatedPods": {},
+                "conditions": [{"type": "SuccessCriteriaMet", **cond}, {"type": "Complete", **cond}],
+            }
+        return {
+            "state": "successful",
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "lastTransitionTime": now,
+                    "reason": "EngineLane",
+                    "message": "set by the engine lane (no operator)",
+                }
+            ],
+        }
 
     def run(self) -> None:
         while self.pending and not self.stop.is_set():
@@ -281,21 +344,37 @@ def test_stack_under_the_engine(world, stack):
     t = time.monotonic()
     proc = pulumi(world, "preview", "--policy-pack", "policies", stack=stack)
     assert "\u2705 kimi-k3@v0.1.0" in proc.stdout, f"the policy pack did not run, or failed:\n{proc.stdout[-3000:]}"
-    evidence(stack, "1 preview --policy-pack", time.monotonic() - t, pack="kimi-k3@v0.1.0",
-             creates=proc.stdout.count(" create "))
+    evidence(
+        stack,
+        "1 preview --policy-pack",
+        time.monotonic() - t,
+        pack="kimi-k3@v0.1.0",
+        creates=proc.stdout.count(" create "),
+    )
 
     # 2. up: every object accepted by the API server, in the order the program declares.
     t = time.monotonic()
     events = world["work"] / f"events-{stack}.jsonl"
     with StatusSetter(cluster, rendered) as statuses:
-        pulumi(world, "up", "--yes", "--policy-pack", "policies", "--skip-preview", "--event-log", str(events),
-               stack=stack, env={"PULUMI_DEBUG_COMMANDS": "true"})  # the CLI offers --event-log only with this
+        pulumi(
+            world,
+            "up",
+            "--yes",
+            "--policy-pack",
+            "policies",
+            "--skip-preview",
+            "--event-log",
+            str(events),
+            stack=stack,
+            env={"PULUMI_DEBUG_COMMANDS": "true"},
+        )  # the CLI offers --event-log only with this
     assert not statuses.errors, statuses.errors
     missing = [f"{o['kind']}/{o['metadata']['name']}" for o in rendered if cluster.get(o) is None]
     assert not missing, f"rendered objects not in the API server after up: {missing}"
     order = declared_order(world, stack, events, world["work"] / "render" / stack / "resources.json")
-    evidence(stack, "2 up", time.monotonic() - t, objects=len(rendered), kinds=kinds, statuses_set=statuses.done,
-             **order)
+    evidence(
+        stack, "2 up", time.monotonic() - t, objects=len(rendered), kinds=kinds, statuses_set=statuses.done, **order
+    )
 
     # 2b. monitoring against the cluster's Prometheus Operator: the monitors and rules exist, and the serving
     # PodMonitors select the pod templates of the graph the API server holds, each role exactly once.
@@ -317,14 +396,20 @@ def test_stack_under_the_engine(world, stack):
         differences += [f"{name} {d}" for d in lane.subset_diff(want, live)]
         server_added[name] = sorted(lane.extra_fields(want, live))
     assert not differences, "API server objects differ from kimi-k3 render:\n" + "\n".join(differences)
-    evidence(stack, "3 live == render", time.monotonic() - t, compared=len(rendered),
-             server_added={k: v for k, v in server_added.items() if v})
+    evidence(
+        stack,
+        "3 live == render",
+        time.monotonic() - t,
+        compared=len(rendered),
+        server_added={k: v for k, v in server_added.items() if v},
+    )
 
     # 4. no perpetual diff.
     t = time.monotonic()
     doc, proc = preview_steps(world, stack, "--expect-no-changes", check=False)
-    assert proc.returncode == 0, f"second preview shows changes: {json.dumps(changed_steps(doc), indent=1)[:4000]}" \
-                                 f"\n{proc.stderr[-2000:]}"
+    assert proc.returncode == 0, (
+        f"second preview shows changes: {json.dumps(changed_steps(doc), indent=1)[:4000]}\n{proc.stderr[-2000:]}"
+    )
     evidence(stack, "4 second preview: no changes", time.monotonic() - t)
 
     # 5a. a replica change is an update of the DynamoGraphDeployment, never a replacement.
@@ -333,14 +418,23 @@ def test_stack_under_the_engine(world, stack):
     doc, proc = preview_steps(world, stack)
     steps = changed_steps(doc)
     ops = {s["urn"].split("::")[-1]: s["op"] for s in steps}
-    dgd = [s for s in steps if "DynamoGraphDeployment" in s.get("newState", {}).get("inputs", {}).get("kind", "")
-           or s["urn"].endswith("-deployment")]
+    dgd = [
+        s
+        for s in steps
+        if "DynamoGraphDeployment" in s.get("newState", {}).get("inputs", {}).get("kind", "")
+        or s["urn"].endswith("-deployment")
+    ]
     assert dgd and all(s["op"] == "update" for s in dgd), f"replica change: {ops}"
     # Jobs keyed to the graph (graph-ready, smoke test) re-run by design; the cache and namespace never move.
     kept = [s for s in steps if s["urn"].endswith(("-model-cache-volume", "-cluster-namespace"))]
     assert not kept, f"replica change touches the model cache or namespace: {ops}"
-    evidence(stack, "5a replica change = update", time.monotonic() - t, ops=ops,
-             diff=sorted((dgd[0].get("detailedDiff") or {}).keys()))
+    evidence(
+        stack,
+        "5a replica change = update",
+        time.monotonic() - t,
+        ops=ops,
+        diff=sorted((dgd[0].get("detailedDiff") or {}).keys()),
+    )
     if stack == DIFF_STACK:
         offline_diff_agrees(world, stack, config, steps)
     edit_config(world, stack, "kimi-k3:serving", ["frontend", "replicas"], remove=True)
@@ -357,33 +451,47 @@ def test_stack_under_the_engine(world, stack):
     assert proc.returncode != 0, f"preview of a cache replacement passed:\n{out[-4000:]}"
     state = world["project"] / f".state-{stack}.json"
     pulumi(world, "stack", "export", "--file", str(state), stack=stack)
-    guard = subprocess.run([sys.executable, "-m", "kimi_k3", "check", stack, "--against", str(state)],
-                           cwd=world["project"], env=world["env"], capture_output=True, text=True, timeout=300)
+    guard = subprocess.run(
+        [sys.executable, "-m", "kimi_k3", "check", stack, "--against", str(state)],
+        cwd=world["project"],
+        env=world["env"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     said = guard.stdout + guard.stderr
     assert guard.returncode != 0 and "model-cache-kept" in said, f"guard did not refuse the cache replacement:\n{said}"
     after = {o["metadata"]["name"]: (cluster.get(o) or {}).get("metadata", {}).get("uid") for o in claims}
     assert claims and after == uids, f"the refused change touched the claims: before {uids}, after {after}"
-    evidence(stack, "5b cache replacement refused", time.monotonic() - t,
-             preview=next((line.strip() for line in out.splitlines() if "immutable" in line or "error" in line), "")[:300],
-             guard=next((line.strip() for line in said.splitlines() if "model-cache-kept" in line), "")[:300])
+    evidence(
+        stack,
+        "5b cache replacement refused",
+        time.monotonic() - t,
+        preview=next((line.strip() for line in out.splitlines() if "immutable" in line or "error" in line), "")[:300],
+        guard=next((line.strip() for line in said.splitlines() if "model-cache-kept" in line), "")[:300],
+    )
     edit_config(world, stack, "kimi-k3:storage", ["storageClass"], "lane-rwx")
 
     # 6. destroy: everything but the retained model cache claim (and its retained namespace) is deleted.
     t = time.monotonic()
     plain = pulumi(world, "destroy", "--yes", stack=stack, check=False)
     still = [f"{o['kind']}/{o['metadata']['name']}" for o in rendered if cluster.get(o) is not None]
-    plain_facts = {"exit": plain.returncode, "objects_left": still,
-                   "message": next((line.strip() for line in (plain.stdout + plain.stderr).splitlines()
-                                    if "protect" in line), "")[:300]}
+    plain_facts = {
+        "exit": plain.returncode,
+        "objects_left": still,
+        "message": next((line.strip() for line in (plain.stdout + plain.stderr).splitlines() if "protect" in line), "")[
+            :300
+        ],
+    }
     if plain.returncode != 0:
         pulumi(world, "destroy", "--yes", "--exclude-protected", stack=stack)
     left = {f"{o['kind']}/{o['metadata']['name']}" for o in rendered if cluster.get(o) is not None}
-    cache = {f"{o['kind']}/{o['metadata']['name']}" for o in rendered if o["kind"] in ("PersistentVolumeClaim",
-                                                                                      "Namespace")}
+    cache = {
+        f"{o['kind']}/{o['metadata']['name']}" for o in rendered if o["kind"] in ("PersistentVolumeClaim", "Namespace")
+    }
     assert cache <= left, f"destroy deleted the model cache or its namespace: left {sorted(left)}"
     assert left == cache, f"destroy left more than the model cache: {sorted(left - cache)}"
-    evidence(stack, "6 destroy keeps the cache", time.monotonic() - t, plain_destroy=plain_facts,
-             left=sorted(left))
+    evidence(stack, "6 destroy keeps the cache", time.monotonic() - t, plain_destroy=plain_facts, left=sorted(left))
 
 
 def declared_order(world, stack: str, events: Path, resources_json: Path) -> dict:
@@ -393,13 +501,21 @@ def declared_order(world, stack: str, events: Path, resources_json: Path) -> dic
     state = world["work"] / f".order-{stack}.json"
     pulumi(world, "stack", "export", "--file", str(state), stack=stack)
     # The root stack and default providers are the engine's own; the render records what the program registers.
-    engine = {r["urn"]: set(r.get("dependencies") or []) for r in json.loads(state.read_text())["deployment"]["resources"]
-              if r["type"] != "pulumi:pulumi:Stack" and not r["urn"].split("::")[-1].startswith("default")}
+    engine = {
+        r["urn"]: set(r.get("dependencies") or [])
+        for r in json.loads(state.read_text())["deployment"]["resources"]
+        if r["type"] != "pulumi:pulumi:Stack" and not r["urn"].split("::")[-1].startswith("default")
+    }
     render = {r["urn"]: set(r.get("dependsOn") or []) for r in json.loads(resources_json.read_text())["resources"]}
-    assert set(engine) == set(render), (f"resources only in the engine: {sorted(set(engine) - set(render))}; only in "
-                                        f"the render: {sorted(set(render) - set(engine))}")
-    differ = {urn: {"engine": sorted(engine[urn] - render[urn]), "render": sorted(render[urn] - engine[urn])}
-              for urn in engine if engine[urn] != render[urn]}
+    assert set(engine) == set(render), (
+        f"resources only in the engine: {sorted(set(engine) - set(render))}; only in "
+        f"the render: {sorted(set(render) - set(engine))}"
+    )
+    differ = {
+        urn: {"engine": sorted(engine[urn] - render[urn]), "render": sorted(render[urn] - engine[urn])}
+        for urn in engine
+        if engine[urn] != render[urn]
+    }
     assert not differ, f"dependencies differ between the engine and kimi-k3 render: {json.dumps(differ, indent=1)}"
     started, finished = {}, {}
     for line in events.read_text().splitlines():
@@ -408,10 +524,15 @@ def declared_order(world, stack: str, events: Path, resources_json: Path) -> dic
             started[pre["metadata"]["urn"]] = event["sequence"]
         elif out := event.get("resOutputsEvent"):
             finished[out["metadata"]["urn"]] = event["sequence"]
-    assert set(engine) <= set(started) and set(engine) <= set(finished), \
+    assert set(engine) <= set(started) and set(engine) <= set(finished), (
         f"resources without create events: {sorted(set(engine) - (set(started) & set(finished)))}"
-    early = [f"{urn.split('::')[-1]} started before {dep.split('::')[-1]} finished"
-             for urn, deps in engine.items() for dep in deps if dep in finished and finished[dep] > started[urn]]
+    )
+    early = [
+        f"{urn.split('::')[-1]} started before {dep.split('::')[-1]} finished"
+        for urn, deps in engine.items()
+        for dep in deps
+        if dep in finished and finished[dep] > started[urn]
+    ]
     assert not early, f"up did not follow the declared order: {early}"
     return {"resources": len(engine), "dependency_edges": sum(len(d) for d in engine.values())}
 
@@ -424,11 +545,16 @@ def monitors_match_graph(cluster: lane.Cluster, rendered: list[dict]) -> dict:
     graph = next(o for o in rendered if o["kind"] == "DynamoGraphDeployment")
     ns = graph["metadata"]["namespace"]
     live_graph = cluster.get(graph)
-    templates = {c["name"]: ((c.get("podTemplate") or {}).get("metadata") or {}).get("labels") or {}
-                 for c in live_graph["spec"]["components"]}
+    templates = {
+        c["name"]: ((c.get("podTemplate") or {}).get("metadata") or {}).get("labels") or {}
+        for c in live_graph["spec"]["components"]
+    }
     live: dict[str, list[dict]] = {}
-    for kind, plural in (("PodMonitor", "podmonitors"), ("ServiceMonitor", "servicemonitors"),
-                         ("PrometheusRule", "prometheusrules")):
+    for kind, plural in (
+        ("PodMonitor", "podmonitors"),
+        ("ServiceMonitor", "servicemonitors"),
+        ("PrometheusRule", "prometheusrules"),
+    ):
         r = cluster.request("GET", f"/apis/monitoring.coreos.com/v1/namespaces/{ns}/{plural}")
         r.raise_for_status()
         live[kind] = r.json()["items"]
@@ -437,16 +563,24 @@ def monitors_match_graph(cluster: lane.Cluster, rendered: list[dict]) -> dict:
     assert want == have, f"monitoring objects: rendered {want}, in the API server {have}"
     assert {k for k, _ in have} == {"PodMonitor", "ServiceMonitor", "PrometheusRule"}, have
     serving = [m for m in live["PodMonitor"] if not m["spec"].get("namespaceSelector")]
-    picked = {m["metadata"]["name"]: sorted(c for c, labels in templates.items() if lane.selects(m["spec"]["selector"], labels))
-              for m in serving}
+    picked = {
+        m["metadata"]["name"]: sorted(
+            c for c, labels in templates.items() if lane.selects(m["spec"]["selector"], labels)
+        )
+        for m in serving
+    }
     assert all(picked.values()), f"PodMonitors selecting no pod template of the graph: {picked} (templates {templates})"
     counts = {c: sum(c in cs for cs in picked.values()) for c in templates}
     assert all(n == 1 for n in counts.values()), f"graph components not selected exactly once: {counts} ({picked})"
-    exprs = [r["expr"] for rule in live["PrometheusRule"] for g in rule["spec"]["groups"] for r in g["rules"]
-             if "dynamo_" in r["expr"]]
+    exprs = [
+        r["expr"]
+        for rule in live["PrometheusRule"]
+        for g in rule["spec"]["groups"]
+        for r in g["rules"]
+        if "dynamo_" in r["expr"]
+    ]
     assert exprs and all(f'namespace="{ns}"' in e for e in exprs), f"serving alerts not on namespace {ns}: {exprs}"
-    return {"selected": picked, "alerts_on_namespace": len(exprs),
-            "monitors": {k: len(v) for k, v in live.items()}}
+    return {"selected": picked, "alerts_on_namespace": len(exprs), "monitors": {k: len(v) for k, v in live.items()}}
 
 
 def edit_config(world, stack: str, key: str, path: list[str], value=None, remove: bool = False) -> None:
@@ -470,8 +604,13 @@ def offline_diff_agrees(world, stack: str, config: dict, steps: list[dict]) -> N
     repo.mkdir()
     for entry in PROJECT_ENTRIES:
         (repo / entry).symlink_to(lane.ROOT / entry)
-    git = lambda *a: subprocess.run(["git", "-c", "user.name=lane", "-c", "user.email=lane@localhost", *a],
-                                    cwd=repo, check=True, capture_output=True, text=True)
+    git = lambda *a: subprocess.run(
+        ["git", "-c", "user.name=lane", "-c", "user.email=lane@localhost", *a],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     stack_file = repo / f"Pulumi.{stack}.yaml"
     stack_file.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
     git("init", "-q")
@@ -481,9 +620,13 @@ def offline_diff_agrees(world, stack: str, config: dict, steps: list[dict]) -> N
     changed["kimi-k3:serving"]["frontend"] = {"replicas": 2}
     stack_file.write_text(yaml.safe_dump({"config": changed}, sort_keys=False))
     git("commit", "-q", "-am", "head")
-    proc = subprocess.run([str(lane.ROOT / ".venv/bin/kimi-k3"), "diff", "--base", "HEAD~1", "--head", "HEAD",
-                           "--format", "json", stack], cwd=repo, capture_output=True, text=True,
-                          timeout=COMMAND_TIMEOUT_S)
+    proc = subprocess.run(
+        [str(lane.ROOT / ".venv/bin/kimi-k3"), "diff", "--base", "HEAD~1", "--head", "HEAD", "--format", "json", stack],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
     assert proc.returncode == 0, f"kimi-k3 diff: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     report = json.loads(proc.stdout)["stacks"][0]
     offline = {c["urn"]: sorted(x["path"] for x in c["inputs"]) for c in report["resources"]["changed"]}
@@ -493,25 +636,31 @@ def offline_diff_agrees(world, stack: str, config: dict, steps: list[dict]) -> N
     items = lambda paths: sorted(re.sub(r"\[[^\]]*\]", "[*]", p) for p in paths)
     for urn in offline:
         assert items(offline[urn]) == items(engine[urn]), f"{urn}: offline {offline[urn]}, preview {engine[urn]}"
-    evidence(stack, "diff agrees with preview --diff", time.monotonic() - t, resources=sorted(offline),
-             paths=offline)
+    evidence(stack, "diff agrees with preview --diff", time.monotonic() - t, resources=sorted(offline), paths=offline)
 
 
 def test_seeded_violation_blocks_preview(world):
     """A stack whose decode workers carry a removed vLLM flag: the engine's run of our pack blocks the preview."""
     stack = "seeded-violation"
     config = lane_config("gb300-disagg")
-    config["kimi-k3:serving"] = {"namespace": "lane-seeded", "roles": {"decode": {"extraArgs": {
-        "--is-decode-worker": True}}}}
+    config["kimi-k3:serving"] = {
+        "namespace": "lane-seeded",
+        "roles": {"decode": {"extraArgs": {"--is-decode-worker": True}}},
+    }
     init_stack(world, stack, config)
     t = time.monotonic()
     proc = pulumi(world, "preview", "--policy-pack", "policies", stack=stack, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, f"preview with a seeded violation passed:\n{out[-3000:]}"
-    assert "\u274c kimi-k3@v0.1.0" in out and "no-removed-flags" in out and "mandatory" in out, \
+    assert "\u274c kimi-k3@v0.1.0" in out and "no-removed-flags" in out and "mandatory" in out, (
         f"the block does not name the rule:\n{out[-3000:]}"
-    evidence(stack, "1 seeded violation blocks", time.monotonic() - t,
-             line=next(line.strip() for line in out.splitlines() if "no-removed-flags" in line)[:300])
+    )
+    evidence(
+        stack,
+        "1 seeded violation blocks",
+        time.monotonic() - t,
+        line=next(line.strip() for line in out.splitlines() if "no-removed-flags" in line)[:300],
+    )
 
 
 def test_open_schema_crds_name_what_upstream_serves(world):
@@ -519,8 +668,10 @@ def test_open_schema_crds_name_what_upstream_serves(world):
     same group, version, kind, plural and scope, with the status subresource, as the upstream CRDs do."""
     upstream = lane.upstream_crds(lane.SHARED_REFERENCE)
     if upstream is None:
-        pytest.skip(f"no upstream CRDs at {lane.SHARED_REFERENCE}: this run used the open-schema CRDs, and there is "
-                    f"nothing to compare their names with")
+        pytest.skip(
+            f"no upstream CRDs at {lane.SHARED_REFERENCE}: this run used the open-schema CRDs, and there is "
+            f"nothing to compare their names with"
+        )
     by_kind = {lane.crd_kind(c): c for c in upstream}
     compared = []
     for (api, kind), namespaced in sorted(world["custom_kinds"].items()):
@@ -531,6 +682,7 @@ def test_open_schema_crds_name_what_upstream_serves(world):
         got = lane.crd_identity(lane.open_schema_crd(api, kind, namespaced), version)
         assert got == want, f"open-schema CRD for {api} {kind}: {got}, upstream {want}"
         compared.append(f"{kind}.{group}/{version}")
-    assert {"DynamoGraphDeployment.nvidia.com/v1beta1", "ComputeDomain.resource.nvidia.com/v1beta1"} <= set(compared), \
+    assert {"DynamoGraphDeployment.nvidia.com/v1beta1", "ComputeDomain.resource.nvidia.com/v1beta1"} <= set(compared), (
         compared
+    )
     evidence("-", "open-schema CRDs name what upstream serves", 0, compared=compared)

@@ -169,8 +169,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def analyse(root: Path) -> dict:
     modules = project_files(root)
     FOUNDATION_FILES.clear()
-    FOUNDATION_FILES.update(m for m, p in modules.items() if m.count(".") == 1 and m.startswith("kimi_k3.")
-                            and p.name != "__init__.py" and layer_of(m) is None and m != "kimi_k3.__main__")
+    FOUNDATION_FILES.update(
+        m
+        for m, p in modules.items()
+        if m.count(".") == 1
+        and m.startswith("kimi_k3.")
+        and p.name != "__init__.py"
+        and layer_of(m) is None
+        and m != "kimi_k3.__main__"
+    )
     edges: dict[str, set[str]] = {m: set() for m in modules}
     all_edges: dict[str, set[str]] = {m: set() for m in modules}
     local: list[tuple[str, str, int]] = []

@@ -91,8 +91,9 @@ def path_of(mod: str, is_package: bool = False) -> str:
 
 
 def tracked_files(root: Path) -> list[str]:
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root, check=True,
-                         capture_output=True, text=True).stdout.split()
+    out = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.split()
     files = []
     for f in out:
         parts = f.split("/")
@@ -267,7 +268,7 @@ class Edits:
     def at(self, line: int, col: int) -> int:
         # ast columns are UTF-8 byte offsets
         start = self.offs[line - 1]
-        line_text = self.text[start: self.offs[line] if line < len(self.offs) else len(self.text)]
+        line_text = self.text[start : self.offs[line] if line < len(self.offs) else len(self.text)]
         return start + len(line_text.encode()[:col].decode(errors="ignore"))
 
     def node_span(self, node: ast.AST) -> tuple[int, int]:
@@ -307,8 +308,11 @@ def rewrite_python(path: str, text: str, tree: ast.Module, m: Mapping, new_path:
     ed = Edits(text)
     aliases: dict[str, str] = {}  # local name -> old project module it is bound to
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-        a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-        for a in n.names}
+        a.asname or a.name.split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
     extra_alias: dict[str, str] = {}  # new module -> alias added for attribute uses
     import_nodes: list[tuple[ast.stmt, str]] = []  # (statement, indent)
 
@@ -348,16 +352,22 @@ def rewrite_python(path: str, text: str, tree: ast.Module, m: Mapping, new_path:
                 attr_users[node.value.id].append(node)
         elif isinstance(node, ast.Call) and len(node.args) >= 2:
             target, attr = node.args[0], node.args[1]
-            if (isinstance(target, ast.Name) and target.id in aliases and isinstance(attr, ast.Constant)
-                    and isinstance(attr.value, str)):
+            if (
+                isinstance(target, ast.Name)
+                and target.id in aliases
+                and isinstance(attr, ast.Constant)
+                and isinstance(attr.value, str)
+            ):
                 om = aliases[target.id]
                 # a patch reaches the module whose code reads the name: follow a moved definition only when the
                 # rest of its old module no longer reads it (else the rest's own binding is what gets patched)
                 new_mod = m.sym.get((om, attr.value), m.module(om))
                 if (om, attr.value) in m.read_by_rest:
                     new_mod = m.module(om)
-                    report.append(f"check: {path}:{node.lineno}: patches {attr.value!r} in {new_mod} (read there); "
-                                  f"code moved to {m.sym[(om, attr.value)]} reads its own binding")
+                    report.append(
+                        f"check: {path}:{node.lineno}: patches {attr.value!r} in {new_mod} (read there); "
+                        f"code moved to {m.sym[(om, attr.value)]} reads its own binding"
+                    )
                 if new_mod != m.module(om):
                     ed.replace(*ed.node_span(target), alias_for(new_mod))
                     attr_users[target.id].append(new_mod)
@@ -377,7 +387,9 @@ def rewrite_python(path: str, text: str, tree: ast.Module, m: Mapping, new_path:
             for u in attr_users.get(bound, ()):
                 new_mod = m.name(aliases[bound], u.attr)[0] if isinstance(u, ast.Attribute) else u
                 pkg, _, leaf = new_mod.rpartition(".")
-                line = f"from {pkg} import {leaf}" + (f" as {extra_alias[new_mod]}" if extra_alias.get(new_mod, leaf) != leaf else "")
+                line = f"from {pkg} import {leaf}" + (
+                    f" as {extra_alias[new_mod]}" if extra_alias.get(new_mod, leaf) != leaf else ""
+                )
                 if new_mod in extra_alias and line not in adds:
                     adds.append(line)
         if new_lines is None and not adds:
@@ -440,8 +452,11 @@ def rewrite_import(node: ast.stmt, old_mod: str, is_init: bool, m: Mapping) -> l
         return out if changed else None
     assert isinstance(node, ast.ImportFrom)
     base = absolute_base(node, old_mod, is_init)
-    if not (m.old.is_module(base) or base in ("kimi_k3", "components", "policies") or any(
-            m.old.is_module(f"{base}.{a.name}") for a in node.names)):
+    if not (
+        m.old.is_module(base)
+        or base in ("kimi_k3", "components", "policies")
+        or any(m.old.is_module(f"{base}.{a.name}") for a in node.names)
+    ):
         return None
     groups: dict[str, list[str]] = {}
     for a in node.names:
@@ -451,8 +466,11 @@ def rewrite_import(node: ast.stmt, old_mod: str, is_init: bool, m: Mapping) -> l
         new_mod, new_name = m.name(base, a.name)
         local = a.asname or a.name
         groups.setdefault(new_mod, []).append(new_name if local == new_name else f"{new_name} as {local}")
-    if not node.level and list(groups) == [base] and all(
-            g == (a.asname and f"{a.name} as {a.asname}" or a.name) for g, a in zip(groups[base], node.names)):
+    if (
+        not node.level
+        and list(groups) == [base]
+        and all(g == (a.asname and f"{a.name} as {a.asname}" or a.name) for g, a in zip(groups[base], node.names))
+    ):
         return None
     lines = []
     for mod, names in groups.items():
@@ -465,14 +483,29 @@ def prefixes(dotted: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def fix_file_refs(path: str, new_path: str, text: str, tree: ast.Module, ed: Edits, m: Mapping,
-                  aliases: dict[str, str], report: list[str], needs: set[str]) -> None:
+def fix_file_refs(
+    path: str,
+    new_path: str,
+    text: str,
+    tree: ast.Module,
+    ed: Edits,
+    m: Mapping,
+    aliases: dict[str, str],
+    report: list[str],
+    needs: set[str],
+) -> None:
     """`Path(__file__)` arithmetic: a changed folder depth, and siblings that now live elsewhere."""
     depth_delta = new_path.count("/") - path.count("/")
     for node in ast.walk(tree):
         # Path(__file__).with_name("x.py") / Path(mod.__file__).with_name("x.py")
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "with_name"
-                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "with_name"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             anchor = file_anchor(node.func.value, path, aliases, m)
             if anchor is None:
                 continue
@@ -496,9 +529,17 @@ def fix_file_refs(path: str, new_path: str, text: str, tree: ast.Module, ed: Edi
             while isinstance(inner, ast.Attribute) and inner.attr == "parent":
                 chain, inner = chain + 1, inner.value
             if chain >= 2 and is_own_file(inner):
-                ed.replace(*ed.node_span(node), ed.text[slice(*ed.node_span(inner))] + ".parent" * (chain + depth_delta))
-        if depth_delta and isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
-                and node.value.attr == "parents" and isinstance(node.slice, ast.Constant) and is_own_file(node.value.value):
+                ed.replace(
+                    *ed.node_span(node), ed.text[slice(*ed.node_span(inner))] + ".parent" * (chain + depth_delta)
+                )
+        if (
+            depth_delta
+            and isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "parents"
+            and isinstance(node.slice, ast.Constant)
+            and is_own_file(node.value.value)
+        ):
             ed.replace(*ed.node_span(node.slice), str(node.slice.value + depth_delta))
     if depth_delta and "__file__" in text and not any(x in text for x in (".parent", "parents[", "with_name")):
         report.append(f"check: {path}: uses __file__ and moves {depth_delta:+d} folder(s)")
@@ -508,8 +549,14 @@ def is_own_file(node: ast.AST) -> bool:
     """Path(__file__) or Path(__file__).resolve()"""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "resolve":
         node = node.func.value
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Path" and node.args
-            and isinstance(node.args[0], ast.Name) and node.args[0].id == "__file__")
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "Path"
+        and node.args
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id == "__file__"
+    )
 
 
 def file_anchor(node: ast.AST, path: str, aliases: dict[str, str], m: Mapping) -> tuple[str, str] | None:
@@ -520,8 +567,12 @@ def file_anchor(node: ast.AST, path: str, aliases: dict[str, str], m: Mapping) -
     arg = node.args[0]
     if isinstance(arg, ast.Name) and arg.id == "__file__":
         return path, m.path(path)
-    if isinstance(arg, ast.Attribute) and arg.attr == "__file__" and isinstance(arg.value, ast.Name) \
-            and arg.value.id in aliases:
+    if (
+        isinstance(arg, ast.Attribute)
+        and arg.attr == "__file__"
+        and isinstance(arg.value, ast.Name)
+        and arg.value.id in aliases
+    ):
         p = m.old.path_by_mod.get(aliases[arg.value.id])
         return (p, m.path(p)) if p else None
     return None
@@ -680,7 +731,9 @@ def split_modules(new_texts: dict[str, str], plan: Plan, m: Mapping, report: lis
                 if n in defined and n in rest_used and n not in stay_defined:
                     back[mod_of(dst)].append(n)
         if back:
-            rest_text = insert_imports(rest_text, [f"from {mod} import {', '.join(ns)}" for mod, ns in sorted(back.items())])
+            rest_text = insert_imports(
+                rest_text, [f"from {mod} import {', '.join(ns)}" for mod, ns in sorted(back.items())]
+            )
         new_texts[src] = rest_text
 
     for dst, chunks in sorted(moved_into.items()):
@@ -718,7 +771,8 @@ def insert_imports(text: str, lines: list[str]) -> str:
     last = 0
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)) or (
-                isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and node is tree.body[0]):
+            isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and node is tree.body[0]
+        ):
             last = node.end_lineno
         else:
             break
@@ -746,8 +800,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moves", type=Path, default=HERE / "moves.txt")
     ap.add_argument("--apply", action="store_true", help="change the tree (default: report only)")
     ap.add_argument("--no-format", action="store_true", help="skip ruff format / ruff check --fix")
-    ap.add_argument("--allow-unplaced", action="store_true",
-                    help="apply although some items are unplaced (they stay where they are, listed)")
+    ap.add_argument(
+        "--allow-unplaced",
+        action="store_true",
+        help="apply although some items are unplaced (they stay where they are, listed)",
+    )
     args = ap.parse_args(argv)
     started = time.monotonic()
     root = args.root.resolve()
@@ -760,7 +817,10 @@ def main(argv: list[str] | None = None) -> int:
     present = set(files)
     clash = sorted(d for d in plan.module_moves.values() if d in present)
     if clash:
-        print(f"relayout: destinations exist already ({', '.join(clash[:5])}): laid out already? refusing to run twice", file=sys.stderr)
+        print(
+            f"relayout: destinations exist already ({', '.join(clash[:5])}): laid out already? refusing to run twice",
+            file=sys.stderr,
+        )
         return 2
     report: list[str] = []
     for src in sorted(plan.module_moves):
@@ -780,8 +840,14 @@ def main(argv: list[str] | None = None) -> int:
     # a root module nobody named: one that imports only the foundation is a foundation file and stays (the import
     # contract's foundation line gains it); any other is unplaced
     foundation = set(FOUNDATION)
-    unnamed = [f for f in files if re.fullmatch(r"kimi_k3/\w+\.py", f) and f not in plan.module_moves
-               and Path(f).stem not in FOUNDATION and not any(src == f for src, _, _ in plan.def_moves)]
+    unnamed = [
+        f
+        for f in files
+        if re.fullmatch(r"kimi_k3/\w+\.py", f)
+        and f not in plan.module_moves
+        and Path(f).stem not in FOUNDATION
+        and not any(src == f for src, _, _ in plan.def_moves)
+    ]
     for _ in range(len(unnamed) + 1):  # foundation files may import each other
         for f in unnamed:
             deps = {d.split(".")[1] for d in project_imports(old, f) if d.startswith("kimi_k3.")}
@@ -823,8 +889,10 @@ def main(argv: list[str] | None = None) -> int:
     # phase 2: move definitions
     new_texts = split_modules(new_texts, plan, mapping, report)
     creates = sorted(p for p in new_texts if p not in present and p not in plan.module_moves.values())
-    packages = sorted({str(Path(p).parent) for p in list(plan.module_moves.values()) + creates
-                       if p.startswith("kimi_k3/")} | plan.new_packages)
+    packages = sorted(
+        {str(Path(p).parent) for p in list(plan.module_moves.values()) + creates if p.startswith("kimi_k3/")}
+        | plan.new_packages
+    )
     for pkg in packages:
         init = f"{pkg}/__init__.py"
         if init not in new_texts and init not in present and init not in plan.module_moves.values():
@@ -840,8 +908,10 @@ def main(argv: list[str] | None = None) -> int:
     readme = new_texts.get("README.md") or (root / "README.md").read_text()
     if "## Where to go next" not in readme:  # the front door's last section: a newcomer's map of the folders
         new_texts["README.md"] = readme.rstrip("\n") + "\n" + (HERE / "where-to-go-next.md").read_text()
-    print(f"relayout: {len(plan.module_moves)} files move, {sum(len(n) for _, _, n in plan.def_moves)} "
-          f"definitions move, {len(creates)} new files, {len(new_texts)} files rewritten")
+    print(
+        f"relayout: {len(plan.module_moves)} files move, {sum(len(n) for _, _, n in plan.def_moves)} "
+        f"definitions move, {len(creates)} new files, {len(new_texts)} files rewritten"
+    )
     for line in report:
         print("  " + line)
     unplaced = [r for r in report if r.startswith("UNPLACED")]
@@ -849,8 +919,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"relayout: dry run (nothing changed); {len(unplaced)} unplaced item(s); --apply to change the tree")
         return 1 if unplaced else 0
     if unplaced and not args.allow_unplaced:
-        print(f"relayout: {len(unplaced)} unplaced item(s) (above): nothing changed. Name them in moves.txt, or rerun "
-              "with --allow-unplaced to leave them where they are", file=sys.stderr)
+        print(
+            f"relayout: {len(unplaced)} unplaced item(s) (above): nothing changed. Name them in moves.txt, or rerun "
+            "with --allow-unplaced to leave them where they are",
+            file=sys.stderr,
+        )
         return 1
     for src, dst in sorted(plan.module_moves.items()):  # renames; `git add -A` below records them as moves
         (root / dst).parent.mkdir(parents=True, exist_ok=True)
@@ -858,8 +931,17 @@ def main(argv: list[str] | None = None) -> int:
     for path, text in sorted(new_texts.items()):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
-    subprocess.run(["git", "add", "-A", "--", *sorted({p.split("/")[0] for p in new_texts} | {
-        p.split("/")[0] for p in plan.module_moves})], cwd=root, check=True)
+    subprocess.run(
+        [
+            "git",
+            "add",
+            "-A",
+            "--",
+            *sorted({p.split("/")[0] for p in new_texts} | {p.split("/")[0] for p in plan.module_moves}),
+        ],
+        cwd=root,
+        check=True,
+    )
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text("laid out by tools/relayout/relayout.py; delete this file only with the step undone\n")
     if not args.no_format:
@@ -867,9 +949,20 @@ def main(argv: list[str] | None = None) -> int:
         if ruff is None:
             print("relayout: ruff not found (make venv installs it): format skipped", file=sys.stderr)
         else:
-            targets = [p for p in ("__main__.py", "kimi_k3", "components", "policies", "tests", "tests_aiconfigurator",
-                                   "tools", "bench")
-                       if (root / p).exists()]
+            targets = [
+                p
+                for p in (
+                    "__main__.py",
+                    "kimi_k3",
+                    "components",
+                    "policies",
+                    "tests",
+                    "tests_aiconfigurator",
+                    "tools",
+                    "bench",
+                )
+                if (root / p).exists()
+            ]
             # imports sorted and unused ones dropped, formatted, then sorted again (format can regroup a block)
             subprocess.run([ruff, "check", "--fix", "--quiet", *targets], cwd=root)
             subprocess.run([ruff, "format", "--quiet", *targets], cwd=root, check=True)
@@ -885,19 +978,23 @@ def main(argv: list[str] | None = None) -> int:
         problems.append(f"upward import: {a} -> {b}")
     for p in problems:
         print("  EXPECTATION: " + p)
-    print(f"relayout: done in {time.monotonic() - started:.1f} s; {len(unplaced)} unplaced item(s) left where they "
-          f"are, {len(problems)} unmet expectation(s)")
+    print(
+        f"relayout: done in {time.monotonic() - started:.1f} s; {len(unplaced)} unplaced item(s) left where they "
+        f"are, {len(problems)} unmet expectation(s)"
+    )
     return 1 if problems else 0
 
 
-SHIPPED = ("kimi_k3/pods/",)  # kept byte for byte (no rewrite, no format: pyproject.toml excludes them from ruff format)
+SHIPPED = (
+    "kimi_k3/pods/",
+)  # kept byte for byte (no rewrite, no format: pyproject.toml excludes them from ruff format)
 FOUNDATION = {"__init__", "__main__", "errors", "data", "flags", "names"}
 PACKAGE_DOCS = {
     "kimi_k3/pods": '"""Programs that run inside pods or on instances: standard library only (an import contract).\n\n'
-                    'Each module is shipped as its source (program_path) into a ConfigMap or user data."""\n'
-                    "from pathlib import Path\n\n\ndef program_path(name: str) -> Path:\n"
-                    '    """The file of the in-pod program `name` (e.g. "smoke.py"), whose text is shipped."""\n'
-                    "    return Path(__file__).with_name(name)\n",
+    'Each module is shipped as its source (program_path) into a ConfigMap or user data."""\n'
+    "from pathlib import Path\n\n\ndef program_path(name: str) -> Path:\n"
+    '    """The file of the in-pod program `name` (e.g. "smoke.py"), whose text is shipped."""\n'
+    "    return Path(__file__).with_name(name)\n",
 }
 
 

@@ -1,0 +1,1 @@
+"""kimi_k3/aws: see docs/architecture.md."""

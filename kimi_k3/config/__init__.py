@@ -1,0 +1,1 @@
+"""kimi_k3/config: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""kimi_k3/facts: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""kimi_k3/graph: see docs/architecture.md."""

@@ -1,0 +1,411 @@
+"""The serving graph: recipe data + stack overrides -> roles, TP, nodes, flags, env (pure, no Pulumi)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+from typing import Optional
+
+from kimi_k3.aws.nodes import efa_devices_per_node
+from kimi_k3.config.base import ConfigError, FlagValue
+from kimi_k3.config.stack import StackConfig
+from kimi_k3.data import recipe_file
+from kimi_k3.facts.aws import load_aws_facts
+from kimi_k3.facts.images import NODE_ARCHES, image_facts, image_tag, kube_arch, names_runtime_version, pin_problem
+from kimi_k3.facts.model import load_model_facts
+from kimi_k3.facts.platforms import Platform, load_platforms
+from kimi_k3.graph.compile_cache import compile_cache_env, compile_cache_key
+from kimi_k3.graph.kv_transport import _kv_over_efa, choose_kv_transport
+from kimi_k3.graph.model import Frontend, Role, ServingGraph, role_flag
+from kimi_k3.graph.recipe import (
+    DERIVED_FRONTEND_FLAGS,
+    DERIVED_WORKER_FLAGS,
+    Recipe,
+    RoleRecipe,
+    _check_overridable,
+    flag_list,
+    load_recipe,
+    merge,
+)
+from kimi_k3.names import GRAPH_NAME
+from kimi_k3.sizing.memory import _prefix_caching, memory_fit, vllm_block_size
+
+SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+# Dynamo's bounds for --migration-limit (frontend_args.py validate(): a u32; 0 = migration off).
+MIGRATION_LIMIT_MAX = 2**32 - 1
+
+
+def _resolve_image(recipe: Recipe, cfg: StackConfig) -> tuple[str, Optional[str]]:
+    image = cfg.serving.image or recipe.image
+    if pin_problem(image):
+        raise ConfigError(
+            f"kimi-k3:serving.image = {image!r}: pin a version tag or digest (no 'latest', no untagged image)"
+        )
+    version = cfg.serving.runtime_version or (recipe.runtime_version if cfg.serving.image is None else None)
+    if version is None and not names_runtime_version(image):
+        raise ConfigError(
+            f"kimi-k3:serving.runtimeVersion: required because image tag {image_tag(image)!r} is not "
+            "semver (the Dynamo operator needs runtimeVersionOverride), e.g. 1.4.0"
+        )
+    if version is not None and not SEMVER.match(version):
+        raise ConfigError(f"kimi-k3:serving.runtimeVersion = {version!r}: must be semver MAJOR.MINOR.PATCH")
+    return image, version
+
+
+def _replicas(recipe: Recipe, cfg: StackConfig) -> dict[str, int]:
+    replicas = {key: r.replicas for key, r in recipe.roles.items()}
+    if cfg.serving.pd_ratio is not None:
+        if set(recipe.roles) != {"prefill", "decode"}:
+            raise ConfigError(
+                f"kimi-k3:serving.pdRatio = {cfg.serving.pd_ratio!r}: only for disaggregated recipes "
+                "(gb200-disagg, gb300-disagg)"
+            )
+        prefill, decode = (int(x) for x in cfg.serving.pd_ratio.split(":"))
+        replicas.update(prefill=prefill, decode=decode)
+    for key, over in cfg.serving.roles.items():
+        if over.replicas is None:
+            continue
+        if cfg.serving.pd_ratio is not None:
+            raise ConfigError(f"kimi-k3:serving.roles.{key}.replicas: conflicts with kimi-k3:serving.pdRatio; set one")
+        replicas[key] = over.replicas
+    for key, n in replicas.items():
+        if n < 1:  # a graph without one of its roles starts, and then serves nothing (no worker, or no decode)
+            where = (
+                f"kimi-k3:serving.pdRatio = {cfg.serving.pd_ratio!r}"
+                if cfg.serving.pd_ratio is not None
+                else f"kimi-k3:serving.roles.{key}.replicas = {n}"
+            )
+            raise ConfigError(
+                f"{where}: every role of recipe {cfg.recipe} needs at least 1 replica ({key} has {n}); "
+                "allowed: 1 or more (to stop paying for GPUs, set "
+                "kimi-k3:cluster.gpuNodes.desiredNodes = 0 or run pulumi destroy, which keeps the weights)"
+            )
+    return replicas
+
+
+def _divides_heads(tp: int) -> bool:
+    m = load_model_facts()
+    return m.kda_heads % tp == 0 and m.mla_heads % tp == 0
+
+
+def allowed_tps(platform: Platform, util: float, kv_dtype: str, max_len: int) -> list[int]:
+    """Every TP a role may use on this platform: whole nodes, >= 2 nodes (Dynamo multinode), within one NVLink
+    domain, dividing the attention heads, and fitting weights plus one max-length request (the planner)."""
+    gpn = platform.gpus_per_node
+    out = []
+    for nodes in range(2, platform.nvlink_domain_nodes + 1):
+        tp = nodes * gpn
+        if (
+            _divides_heads(tp)
+            and memory_fit(
+                platform.name, tp, gpu_memory_utilization=util, kv_cache_dtype=kv_dtype, max_model_len=max_len
+            )[0]
+        ):
+            out.append(tp)
+    return out
+
+
+def _topology(
+    key: str, recipe_role: RoleRecipe, over, platform: Platform, util: float, kv_dtype: str, max_len: int
+) -> tuple[int, int]:
+    """(tp, nodes per replica), checked: whole nodes, multinode (>= 2 nodes), within one NVLink domain, dividing
+    the heads, fitting in memory. Every message lists the TPs that pass all of these checks."""
+    where = f"kimi-k3:serving.roles.{key}"
+    gpn = platform.gpus_per_node
+    tp = over.tp if over and over.tp is not None else None
+    nodes = over.nodes_per_replica if over and over.nodes_per_replica is not None else None
+    if tp is None and nodes is not None:
+        tp = nodes * gpn
+    tp = tp if tp is not None else recipe_role.tp
+
+    def allowed() -> str:
+        return f"allowed on {platform.name}: {', '.join(map(str, allowed_tps(platform, util, kv_dtype, max_len)))}"
+
+    if tp % gpn:
+        raise ConfigError(
+            f"{where}.tp = {tp}: must be a multiple of {gpn} (GPUs per {platform.name} node), "
+            f"so every pod takes a whole node; {allowed()}"
+        )
+    derived_nodes = tp // gpn
+    if nodes is not None and nodes != derived_nodes:
+        raise ConfigError(
+            f"{where}.nodesPerReplica = {nodes}: TP{tp} on {platform.name} spans {derived_nodes} nodes "
+            f"of {gpn} GPUs; set tp = nodesPerReplica x {gpn}"
+        )
+    if derived_nodes < 2:
+        raise ConfigError(
+            f"{where}.tp = {tp}: gives multinode nodeCount {derived_nodes}; Dynamo multinode needs "
+            f"nodeCount >= 2 (TP >= {2 * gpn} on {platform.name}); {allowed()}"
+        )
+    if derived_nodes > platform.nvlink_domain_nodes:
+        raise ConfigError(
+            f"{where}.tp = {tp}: spans {derived_nodes} nodes, more than one NVLink domain holds "
+            f"({platform.nvlink_domain_nodes} {platform.name} nodes); {allowed()}"
+        )
+    if not _divides_heads(tp):
+        m = load_model_facts()
+        raise ConfigError(
+            f"{where}.tp = {tp}: must divide Kimi K3's {m.mla_heads} attention heads "
+            f"({m.kda_heads} KDA, {m.mla_heads} MLA); {allowed()}"
+        )
+    fits, why = memory_fit(
+        platform.name, tp, gpu_memory_utilization=util, kv_cache_dtype=kv_dtype, max_model_len=max_len
+    )  # the planner's memory model is also the policy pack's fit rule
+    if not fits:
+        raise ConfigError(f"{where}.tp = {tp}: {why}; use a larger TP ({allowed()})")
+    return tp, derived_nodes
+
+
+def _dcp(key: str, role_type: str, tp: int, over, flags: dict[str, FlagValue], image: str) -> int:
+    """The role's decode context parallel size, refused where vLLM refuses it (recipes/dcp.yaml)."""
+    dcp = over.dcp if over and over.dcp is not None else 1
+    if dcp == 1:
+        return 1
+    facts = recipe_file("dcp.yaml")
+    where = f"kimi-k3:serving.roles.{key}.dcp = {dcp}"
+    if role_type not in facts["roles"]:
+        raise ConfigError(
+            f"{where}: decode context parallelism only applies to roles that decode "
+            f"({', '.join(facts['roles'])}); {key} is a {role_type} role"
+        )
+    if tp % dcp:
+        raise ConfigError(f"{where}: must divide the role's tp {tp} (vLLM splits the TP group into DCP groups)")
+    if flags.get("--speculative-config") not in (None, False):
+        if not facts["speculative_with_dcp_by_image"].get(image, False):
+            raise ConfigError(
+                f"{where}: the vLLM in {image} does not run Kimi K3 speculative decoding with decode "
+                "context parallelism (recipes/dcp.yaml: ai-dynamo/dynamo#12843, vllm-project/vllm#53673); "
+                "drop --speculative-config or set dcp: 1"
+            )
+        if str(flags.get(facts["interleave_flag"], "1")) != "1":
+            raise ConfigError(
+                f"{where}: vLLM refuses speculative decoding with {facts['interleave_flag']} > 1 "
+                "(vllm/v1/worker/cp_utils.py); leave it at 1"
+            )
+    return dcp
+
+
+def _check_image_arch(image: str, arches: set[str], key: str, where: str) -> tuple[str, ...]:
+    """The kubernetes.io/arch values pods of this image may use; an error when the nodes they need are not one."""
+    known = image_facts(image).arch
+    if known is None:
+        return tuple(sorted(arches))  # unknown image: nothing to narrow (the rule reports "not evaluated")
+    usable = known & arches
+    if not usable:
+        raise ConfigError(
+            f"{key} = {image!r}: built for {', '.join(sorted(known))} (recipes/images.yaml) but "
+            f"{where} are {', '.join(sorted(arches))}; allowed: an image built for "
+            f"{' or '.join(sorted(arches))}"
+        )
+    return tuple(sorted(usable))
+
+
+def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
+    recipe = load_recipe(cfg.recipe)
+    # One name whatever the recipe: a DynamoGraphDeployment whose name changes is replaced, not patched, and the
+    # operator then starts a second worker generation beside the first (ai-dynamo/dynamo#13495).
+    name = GRAPH_NAME
+    platform = load_platforms()[recipe.platform]
+    unknown = sorted(set(cfg.serving.roles) - set(recipe.roles))
+    if unknown:
+        raise ConfigError(
+            f"kimi-k3:serving.roles.{unknown[0]}: no such role in recipe {cfg.recipe}; "
+            f"allowed: {', '.join(sorted(recipe.roles))}"
+        )
+    image, runtime_version = _resolve_image(recipe, cfg)
+    # A staged rollout (docs/operating.md#rollouts) adds replicas to every worker role; the node group follows.
+    replicas = {key: n + cfg.serving.rollout.surge for key, n in _replicas(recipe, cfg).items()}
+    compile_cache = cfg.storage.resolved_compile_cache(cfg.cluster.mode) != "none"
+    topology = {}
+    for key, rr in recipe.roles.items():
+        over = cfg.serving.roles.get(key)
+        util = over.gpu_memory_utilization if over and over.gpu_memory_utilization else rr.gpu_memory_utilization
+        topology[key] = _topology(key, rr, over, platform, util, recipe.kv_cache_dtype, recipe.max_model_len)
+    transport, transport_reason = choose_kv_transport(
+        recipe, cfg, platform, image, {key: nodes * replicas[key] for key, (_, nodes) in topology.items()}
+    )
+    efa = efa_devices_per_node(cfg, platform.name) if transport == "efa" else 0
+    if transport == "efa" and not efa:
+        raise ConfigError(
+            f"kimi-k3:cluster.efaDevicesPerNode: KV moves over EFA ({transport_reason}) but the GPU "
+            "nodes offer no EFA devices; set it (existing clusters) or use eks mode"
+        )
+    shared_domain = transport == "nvlink" and len(recipe.roles) > 1
+    # No pod may land where its image cannot run: workers on the GPU nodes' arch, the frontend in the workers'
+    # zone (eks: only the GPU nodes are there), the download Job on what its image is built for (eks: system nodes).
+    gpu_arch = {kube_arch(platform.arch)}
+    _check_image_arch(image, gpu_arch, "kimi-k3:serving.image", f"{platform.name} GPU nodes")
+    side_arches = set(NODE_ARCHES)
+    side_where = "the nodes"
+    frontend_zone = None
+    if cfg.cluster.mode == "eks":
+        system_ami = cfg.cluster.system_nodes.ami_type
+        side_arches = {kube_arch(load_aws_facts().ami_types.get(system_ami, "unknown"))}
+        side_where = f"system nodes (kimi-k3:cluster.systemNodes.amiType = {system_ami})"
+        frontend_zone = cfg.cluster.gpu_nodes.availability_zone
+    # The frontend may run on any node of the workers' zone its image is built for: GPU nodes (tolerated) or others.
+    frontend_arch = _check_image_arch(image, set(NODE_ARCHES), "kimi-k3:serving.image (frontend)", "the nodes")
+    download_arch = _check_image_arch(cfg.model.download_image, side_arches, "kimi-k3:model.downloadImage", side_where)
+    model_path = f"{cfg.model.cache_mount_path.rstrip('/')}/{cfg.model.repo}"
+    prestaged = cfg.storage.resolved_kind == "fsx-lustre" and bool(cfg.storage.fsx.s3_import_path)
+    if cfg.model.revision != "main" and not prestaged:
+        # Each pinned revision downloads into its own directory, beside the one the graph is serving from.
+        model_path += f"@{cfg.model.revision}"
+    base_env = {
+        "MODEL_PATH": model_path,
+        "SERVED_MODEL_NAME": cfg.model.served_model_name,
+        "HF_HUB_OFFLINE": "1",  # weights come only from the verified cache, never the Hub
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_ENGINE_READY_TIMEOUT_S": str(cfg.serving.startup_probe_seconds),
+    }
+    roles = []
+    for key, rr in recipe.roles.items():
+        over = cfg.serving.roles.get(key)
+        util = over.gpu_memory_utilization if over and over.gpu_memory_utilization else rr.gpu_memory_utilization
+        tp, nodes = topology[key]
+        extra = over.extra_args if over else {}
+        _check_overridable(extra, DERIVED_WORKER_FLAGS, f"kimi-k3:serving.roles.{key}.extraArgs")
+        typed: dict[str, FlagValue] = {
+            # Literal values, never $(VAR): the operator shell-quotes multinode args into `sh -c` for non-leader
+            # pods (`$` -> `\$`) after kubelet has expanded $(VAR), so they would get `\/model-cache/...`.
+            "--model": model_path,
+            "--served-model-name": cfg.model.served_model_name,
+            "--tensor-parallel-size": tp,
+            "--gpu-memory-utilization": util,
+            "--kv-cache-dtype": recipe.kv_cache_dtype,
+            "--max-model-len": recipe.max_model_len,
+            "--block-size": 0,  # set below from the role's final flags (vllm_block_size)
+        }
+        events = (
+            {
+                "--kv-events-config": (
+                    '{"publisher":"zmq","topic":"kv-events","endpoint":"tcp://*:%d","enable_kv_cache_events":true}'
+                    % recipe.kv_events_port
+                )
+            }
+            if rr.publishes_kv_events
+            else {}
+        )
+        flags = merge(merge(merge(merge(typed, recipe.worker.args), rr.args), events), extra)
+        dcp = _dcp(key, rr.type, tp, over, flags, image)
+        if dcp > 1:
+            flags = merge(flags, {"--decode-context-parallel-size": dcp})
+        if efa:
+            flags = _kv_over_efa(flags)
+        block = vllm_block_size(flag_list(flags))
+        if recipe.block_size is not None and recipe.block_size != block:
+            raise ConfigError(
+                f"recipes/{cfg.recipe}.yaml: blockSize = {recipe.block_size}: vLLM runs role {key} "
+                f"(TP{tp}, prefix caching {'on' if _prefix_caching(flag_list(flags)) else 'off'}) "
+                f"with {block}-token blocks and hashes prefixes and publishes KV events in them; "
+                f"allowed: {block}, or leave blockSize out (derived)"
+            )
+        flags["--block-size"] = block
+        env = merge(merge(merge(base_env, recipe.worker.env), rr.env), over.env if over else {})
+        cache_key = compile_cache_key(image, flag_list(flags)) if compile_cache else ""
+        if compile_cache:
+            env = merge(env, compile_cache_env())
+        roles.append(
+            Role(
+                key=key,
+                component=rr.component,
+                type=rr.type,
+                tp=tp,
+                gpus_per_node=platform.gpus_per_node,
+                nodes_per_replica=nodes,
+                replicas=replicas[key],
+                gpu_memory_utilization=util,
+                kv_cache_dtype=recipe.kv_cache_dtype,
+                max_model_len=recipe.max_model_len,
+                shared_memory_size=(
+                    over.shared_memory_size if over and over.shared_memory_size else rr.shared_memory_size
+                ),
+                publishes_kv_events=rr.publishes_kv_events,
+                cpu=rr.cpu,
+                memory=rr.memory,
+                args=flag_list(flags),
+                env=tuple(env.items()),
+                pod_annotations=tuple(sorted(recipe.worker.pod_annotations.items())),
+                efa_devices=efa,
+                dcp=dcp,
+                compile_cache_key=cache_key,
+                nvlink_group=name if transport == "nvlink" else f"{name}-{key}",
+                compute_domain="nvlink" if shared_domain else key,
+            )
+        )
+    # Roles of one TP share one block (every shipped stack); with mixed TP the frontend flag names the first role's,
+    # and Dynamo's router still routes each worker set by the block its model card registers (watcher.rs).
+    block_size = int(role_flag(roles[0], "--block-size"))
+    fe = cfg.serving.frontend
+    _check_overridable(fe.extra_args, DERIVED_FRONTEND_FLAGS, "kimi-k3:serving.frontend.extraArgs")
+    migration = fe.migration_limit if fe.migration_limit is not None else default_migration_limit()
+    fe_flags = merge(
+        merge(recipe.frontend.args, {"--kv-cache-block-size": block_size, "--migration-limit": migration}),
+        fe.extra_args,
+    )
+    http_port = int(fe_flags.get("--http-port", 8000))
+    frontend = Frontend(
+        component="Frontend",
+        replicas=fe.replicas or recipe.frontend.replicas,
+        cpu=recipe.frontend.cpu,
+        memory=recipe.frontend.memory,
+        args=flag_list(fe_flags),
+        env=tuple(
+            merge(merge({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, recipe.frontend.env), fe.env).items()
+        ),
+        http_port=http_port,
+        arch=frontend_arch,
+        zone=frontend_zone,
+    )
+    graph = ServingGraph(
+        stack=stack,
+        recipe=cfg.recipe,
+        name=name,
+        namespace=cfg.serving.namespace,
+        platform=platform,
+        image=image,
+        runtime_version=runtime_version,
+        block_size=block_size,
+        model_repo=cfg.model.repo,
+        model_revision=cfg.model.revision,
+        served_model_name=cfg.model.served_model_name,
+        cache_mount_path=cfg.model.cache_mount_path.rstrip("/"),
+        model_path=model_path,
+        frontend=frontend,
+        roles=tuple(roles),
+        startup_probe_seconds=cfg.serving.startup_probe_seconds,
+        ready_timeout_seconds=cfg.serving.ready_timeout_seconds,
+        download_timeout_seconds=cfg.serving.download_timeout_seconds,
+        compile_cache=compile_cache,
+        node_local_weights=cfg.storage.resolved_node_local_weights(cfg.cluster.mode),
+        kv_transport=transport,
+        kv_transport_reason=transport_reason,
+        download_arch=download_arch,
+        side_arch=tuple(sorted(side_arches)),
+    )
+    if (
+        cfg.serving.autoscaling.enabled
+    ):  # the SLA planner: bounds, config and profile data (kimi_k3/graph/autoscaling.py)
+        from kimi_k3.graph.autoscaling import resolve
+
+        graph = replace(graph, autoscaling=resolve(cfg, graph))
+    return graph
+
+
+def default_migration_limit() -> int:
+    """How many times the frontend may move one in-flight request to another worker (recipes/request-migration.yaml)."""
+    value = (recipe_file("request-migration.yaml") or {}).get("migrationLimit")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MIGRATION_LIMIT_MAX:
+        raise ConfigError(
+            f"recipes/request-migration.yaml: migrationLimit = {value!r}: allowed: an integer from 0 "
+            f"to {MIGRATION_LIMIT_MAX} (Dynamo's --migration-limit; 0 turns migration off)"
+        )
+    return value
+
+
+def cache_size_gi(cfg: StackConfig, checkpoint_bytes: int) -> int:
+    """PVC size: configured, or the checkpoint plus headroom, rounded up to whole GiB."""
+    if cfg.storage.size_gi is not None:
+        return cfg.storage.size_gi
+    return math.ceil(checkpoint_bytes * (1 + cfg.storage.headroom_percent / 100) / 2**30)

@@ -1,0 +1,127 @@
+"""build.py -> model.py: moved by tools/relayout (issue 26)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from kimi_k3.facts.images import NODE_ARCHES
+from kimi_k3.facts.platforms import Platform
+from kimi_k3.sizing.memory import _prefix_caching
+
+
+@dataclass(frozen=True)
+class Role:
+    """One worker role (a DGD component): `replicas` TP groups of `nodes_per_replica` pods, one pod per node."""
+
+    key: str
+    component: str
+    type: str
+    tp: int
+    gpus_per_node: int
+    nodes_per_replica: int
+    replicas: int
+    gpu_memory_utilization: float
+    kv_cache_dtype: str
+    max_model_len: int
+    shared_memory_size: str
+    publishes_kv_events: bool
+    cpu: Optional[str]
+    memory: Optional[str]
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    pod_annotations: tuple[tuple[str, str], ...]
+    efa_devices: int = 0  # vpc.amazonaws.com/efa per pod (KV transport over EFA), 0 = none
+    # Pods sharing this group share one NVLink clique: every TP group needs one; roles that hand KV over
+    # NVLink need the same one. With KV over EFA, each role may sit in its own clique (e.g. two x36 racks).
+    nvlink_group: str = ""
+    dcp: int = 1  # vLLM decode context parallel size (recipes/dcp.yaml)
+    # Subdirectory of the shared compile-cache volume this role's pods mount (one per image + flags), "" = none.
+    compile_cache_key: str = ""
+    # Key of the ComputeDomain (IMEX domain) this role claims: roles that hand KV over NVLink share one, since a
+    # pod cannot import memory exported in another IMEX domain (NVIDIA DRA driver docs).
+    compute_domain: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.replicas
+
+    @property
+    def nodes(self) -> int:
+        return self.nodes_per_replica * self.replicas
+
+
+@dataclass(frozen=True)
+class Frontend:
+    component: str
+    replicas: int
+    cpu: Optional[str]
+    memory: Optional[str]
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    http_port: int
+    arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch values the frontend may run on (its image's)
+    # The GPU nodes' zone where it is known (eks: kimi-k3:cluster.gpuNodes.availabilityZone): the frontend (and its
+    # KV router) runs beside the workers, so requests, streamed tokens and KV events never cross a zone link.
+    zone: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ServingGraph:
+    stack: str
+    recipe: str
+    name: str
+    namespace: str
+    platform: Platform
+    image: str
+    runtime_version: Optional[str]
+    block_size: int
+    model_repo: str
+    model_revision: str
+    served_model_name: str
+    cache_mount_path: str
+    model_path: str
+    frontend: Frontend
+    roles: tuple[Role, ...]
+    startup_probe_seconds: int
+    ready_timeout_seconds: int
+    download_timeout_seconds: int
+    compile_cache: bool = False  # workers mount the shared compile-cache volume (kimi-k3:storage.compileCache)
+    node_local_weights: bool = False  # workers load a node-local NVMe copy (kimi-k3:storage.nodeLocalWeights)
+    kv_transport: str = "nvlink"  # nvlink | efa (resolved from the recipe and the topology)
+    kv_transport_reason: str = ""
+    download_arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch values the download image runs on
+    side_arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch of the nodes controllers run on (eks: system nodes)
+    autoscaling: Any = None  # kimi_k3.graph.autoscaling.Autoscaling when the SLA planner owns worker replicas
+
+    @property
+    def gpus(self) -> int:
+        return sum(r.gpus for r in self.roles)
+
+    @property
+    def nodes(self) -> int:
+        return sum(r.nodes for r in self.roles)
+
+    @property
+    def compute_domains(self) -> tuple[str, ...]:
+        """The ComputeDomain keys roles claim, each once, in role order."""
+        return tuple(dict.fromkeys(r.compute_domain for r in self.roles))
+
+    @property
+    def frontend_service(self) -> str:
+        # The Dynamo operator names a component's Service <graph>-<component, lower case>.
+        return f"{self.name}-{self.frontend.component.lower()}"
+
+
+def role_flag(role: "Role", flag: str, default: Optional[str] = None) -> Optional[str]:
+    """The value a role's worker gets for `flag` (the last one wins, as in argparse)."""
+    value = default
+    for i, arg in enumerate(role.args[:-1]):
+        if arg == flag:
+            value = role.args[i + 1]
+    return value
+
+
+def role_prefix_caching(role: "Role") -> bool:
+    """Whether a role's vLLM caches prefixes: the last of the two flags wins; neither = vLLM V1's default, on."""
+    return _prefix_caching(role.args)

@@ -1,0 +1,1 @@
+"""kimi_k3/k8s: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""kimi_k3/offline: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""kimi_k3/rehearsal: see docs/architecture.md."""

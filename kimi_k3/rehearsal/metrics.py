@@ -1,0 +1,77 @@
+"""plan.py -> metrics.py: moved by tools/relayout (issue 26)."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Optional
+
+from kimi_k3.rehearsal.plan import Rehearsal
+
+
+def registered_workers(discovery_keys: Iterable[str]) -> dict[str, int]:
+    """Worker instances per endpoint component ('backend', 'prefill') from the file discovery store's keys,
+    e.g. 'v1/instances/dynamo/prefill/generate/1a2b' (URL-decoded)."""
+    out: dict[str, int] = {}
+    for key in discovery_keys:
+        parts = key.split("/")
+        if len(parts) >= 6 and parts[0] == "v1" and parts[1] == "instances" and parts[4] == "generate":
+            out[parts[3]] = out.get(parts[3], 0) + 1
+    return out
+
+
+# A mocker's --disaggregation-mode -> the worker type its model card declares, as the frontend's
+# GET /v1/models/{model}/ready counts live workers (dynamo-kv-router WorkerType, lowercase).
+FRONTEND_WORKER_TYPE = {"agg": "aggregated", "prefill": "prefill", "decode": "decode"}
+
+
+def frontend_workers_wanted(rehearsal: "Rehearsal") -> dict[str, int]:
+    """Live workers per worker type the frontend must see before the graph counts as ready: every replica."""
+    out: dict[str, int] = {}
+    for r in rehearsal.roles:
+        kind = FRONTEND_WORKER_TYPE[r.mode]
+        out[kind] = out.get(kind, 0) + r.replicas
+    return out
+
+
+def endpoint_component(mode: str) -> str:
+    """The endpoint a mocker registers by default (dynamo/mocker/args.py: DEFAULT_PREFILL_ENDPOINT, DEFAULT_ENDPOINT)."""
+    return "prefill" if mode == "prefill" else "backend"
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Prometheus text exposition -> [(name, labels, value)] (comments and unparsable lines skipped)."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), value))
+    return out
+
+
+def metric_sum(samples: Iterable[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float:
+    return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == x for k, x in labels.items()))
+
+
+def kv_hit_rate(frontend_samples: list[tuple[str, dict[str, str], float]]) -> Optional[float]:
+    """Share of prompt tokens served from cache, as the frontend counts them (Dynamo's own metrics)."""
+    prompt = metric_sum(frontend_samples, "dynamo_frontend_input_sequence_tokens_sum")
+    cached = metric_sum(frontend_samples, "dynamo_frontend_cached_tokens_sum")
+    return None if prompt <= 0 else round(cached / prompt, 4)
+
+
+def worker_requests(worker_samples: list[tuple[str, dict[str, str], float]]) -> float:
+    """Requests one worker process handled on its generate endpoint (its own system server's metrics)."""
+    return metric_sum(worker_samples, "dynamo_component_requests_total", dynamo_endpoint="generate")

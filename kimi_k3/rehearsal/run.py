@@ -1,0 +1,431 @@
+"""rehearse.py -> run.py: moved by tools/relayout (issue 26)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from kimi_k3.atomic import write_text, write_with
+from kimi_k3.blueprint import load_stack
+from kimi_k3.config.base import ConfigError
+from kimi_k3.config.stack_files import StackError, stack_name_problem
+from kimi_k3.errors import UserError, check_writable_dir
+from kimi_k3.graph import role_plans as graph_role_plans
+from kimi_k3.pods import smoke, workload
+from kimi_k3.rehearsal import metrics
+from kimi_k3.rehearsal import plan as rehearsal
+from kimi_k3.rehearsal import report as rehearsal_report
+from kimi_k3.rehearsal.load import (
+    FIXTURE_REPO,
+    aiperf_argv,
+    hub_snapshot,
+    load_trace,
+    resolve_workload,
+    run_aiperf,
+    trace_argv,
+)
+from kimi_k3.rehearsal.processes import (
+    BROKER,
+    FIXTURE,
+    MARKER_ENV,
+    NETNS_ENV,
+    Interrupted,
+    Processes,
+    RehearsalFailed,
+    _metrics,
+    enter_private_network,
+    free_ports,
+    loopback_up,
+    rehearse_python,
+)
+from kimi_k3.rehearsal.ready import FIXTURE_SECONDS, Readiness, wait_ready
+from kimi_k3.sizing import trace_cache
+
+
+def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    try:
+        problem = stack_name_problem(args.stack)
+        if problem:
+            raise StackError(problem)
+        cfg, graph = load_stack(args.stack)
+    except (StackError, ConfigError) as err:
+        say(f"kimi-k3 rehearse {args.stack}: {err}")
+        return 2
+    out = Path(args.out) if args.out else Path("build") / "rehearse" / args.stack
+    out = out.resolve()
+    logs, model_dir = out / "logs", out / "model"
+    try:
+        check_writable_dir(out, "--out")  # without creating anything
+        python = rehearse_python()
+    except (RehearsalFailed, UserError) as err:
+        say(f"kimi-k3 rehearse {args.stack}: {err}")
+        return 2
+    w = resolve_workload(cfg, args)
+    runs_wanted = list(w.runs)
+    if not runs_wanted or set(runs_wanted) - set(workload.RUNS):
+        say(f"kimi-k3 rehearse {args.stack}: --runs {args.runs}: allowed: agentic, synthetic (comma-separated)")
+        return 2
+    if args.perf_profile and not Path(args.perf_profile).exists():
+        say(
+            f"kimi-k3 rehearse {args.stack}: --perf-profile {args.perf_profile}: no such file or directory "
+            "(a mocker-format .npz or a profiler results directory)"
+        )
+        return 2
+    trace = None
+    try:
+        trace = load_trace(args, max(r.max_model_len for r in graph.roles), graph.block_size)
+    except (UserError, trace_cache.TraceError) as err:
+        say(f"kimi-k3 rehearse {args.stack}: {err}")
+        return 2
+    if trace is not None:
+        runs_wanted = ["trace"]
+    # Input checked. One rehearsal per output directory at a time (a second one is refused before it starts).
+    try:
+        lock = lock_out(out)
+    except UserError as err:
+        say(f"kimi-k3 rehearse {args.stack}: {err}")
+        return 2
+    # From here on, run inside a private network namespace where possible.
+    if not args.host_network:
+        if os.environ.get(NETNS_ENV) != "1":
+            os.set_inheritable(lock, True)  # the lock stays held across the exec (unshare execs, no fork)
+            os.environ[LOCK_FD_ENV] = str(lock)
+            enter_private_network(["rehearse", *command_line(args)], say)  # execs; returns only if unavailable
+        else:
+            loopback_up()
+    os.environ.pop(LOCK_FD_ENV, None)
+    clear_previous(out)
+    for d in (logs, out / "aiperf"):
+        d.mkdir(parents=True, exist_ok=True)
+    if trace is not None:  # the selected lines, unchanged: what AIPerf replays and the report describes
+        write_text(out / TRACE_COPY, "".join(trace.lines))
+    args.network = "private network namespace (loopback only)" if os.environ.get(NETNS_ENV) == "1" else "host loopback"
+
+    # Step timing from the stack's performance model unless a profile (or the mocker's own timing) is asked for.
+    args.timing = "perf profile " + args.perf_profile if args.perf_profile else "mocker"
+    if args.perf_profile is None and args.perf_model:
+        from kimi_k3.sizing import mocker, perf
+
+        try:
+            profile = rehearsal.perf_profile(graph)
+            args.perf_profile = str(
+                write_with(out / "perf_profile.npz", lambda tmp: mocker.write_mocker_profile(profile, tmp))
+            )
+            args.timing = "perf model"
+        except perf.PerfError as err:
+            say(f"rehearse {args.stack}: the mocker's own timing (no performance model for this layout: {err})")
+    # The same KV plan `kimi-k3 plan STACK` prints for each role.
+    role_plans = graph_role_plans.role_kv_plans(graph)
+    try:  # frontend HTTP, the broker's XSUB and XPUB, one system (metrics) port per worker: all distinct
+        http_port, xsub_port, xpub_port, *metrics_ports = free_ports(3 + sum(r.replicas for r in graph.roles))
+    except RehearsalFailed as err:
+        say(f"kimi-k3 rehearse {args.stack}: {err}")
+        return 1
+    plan = rehearsal.plan_rehearsal(
+        graph,
+        role_plans,
+        http_port=http_port,
+        metrics_ports=metrics_ports,
+        model_path=str(model_dir),
+        speedup_ratio=args.speedup_ratio,
+        perf_profile=args.perf_profile,
+    )
+    # TMPDIR of every child (AIPerf's memory-mapped datasets and IPC sockets: a short path, sun_path holds 107
+    # bytes) and this run's own discovery directory (another run's registrations never count as its workers);
+    # removed at exit.
+    scratch = Path(tempfile.mkdtemp(prefix="kimi-k3-rehearse-"))
+    discovery = scratch / "discovery"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DYN_", "HF_", "AIPERF_"))}
+    broker_ports = (xsub_port, xpub_port)
+    env.update(rehearsal.loopback_env(str(discovery), broker_ports))
+    env[MARKER_ENV] = str(out)
+    env["TMPDIR"] = str(scratch)
+    write_text(
+        out / "processes.json",
+        json.dumps(
+            [
+                {
+                    "name": p.name,
+                    "role": p.role,
+                    "argv": ["python", "-m", p.module, *p.args],
+                    "env": dict(p.env),
+                    "metrics_port": p.metrics_port,
+                }
+                for p in plan.processes
+            ],
+            indent=1,
+        ),
+    )
+    say(
+        f"rehearse {args.stack}: {len(plan.workers)} mocker workers "
+        + ", ".join(
+            f"{r.key} x{r.replicas} ({r.mode}, {r.capacity.tokens:,} KV tokens = {r.capacity.num_blocks:,} "
+            f"blocks of {plan.block_size})"
+            for r in plan.roles
+        )
+        + f"; frontend {plan.url} ({args.network}); logs {logs}"
+    )
+
+    procs = Processes(logs, env, say)
+    started = time.monotonic()
+    ready_seconds: Optional[float] = None
+    registered: dict[str, int] = {}
+    readiness: Optional[Readiness] = None
+    smoke_result: dict[str, Any] = {"passed": False, "checks": {}, "failures": {}}
+    runs: dict[str, Any] = {}
+    kv_hit, worker_load, failure = None, {}, None
+    before: Optional[list] = None
+    code = 0
+
+    def measure() -> None:
+        """What the graph served so far (per worker, and the KV hit rate since the load began): a failed or
+        interrupted run reports what it measured, not zeros."""
+        nonlocal worker_load, kv_hit
+        worker_load = {p.name: metrics.worker_requests(_metrics(p.metrics_port)) for p in plan.workers}
+        if before is not None:
+            kv_hit = metrics.kv_hit_rate(_delta(before, _metrics(plan.http_port), HIT_METRICS))
+
+    try:
+        try:
+            fixture = subprocess.run(
+                [str(python), str(FIXTURE), str(model_dir), str(plan.max_model_len)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=FIXTURE_SECONDS,
+            )
+        except subprocess.TimeoutExpired:
+            raise RehearsalFailed(f"building the tokenizer fixture took over {FIXTURE_SECONDS} s ({FIXTURE})") from None
+        if fixture.returncode != 0:
+            raise RehearsalFailed(f"building the tokenizer fixture failed: {fixture.stderr[-2000:]}")
+        say(f"[{time.monotonic() - started:5.1f}s] tokenizer fixture in {model_dir}")
+        # The event plane's broker first: publishers and subscribers connect to it (ZMQ reconnects if they win).
+        procs.start("zmq-broker", [str(python), str(BROKER), *map(str, broker_ports)])
+        for p in plan.processes:
+            procs.start(p.name, [str(python), "-m", p.module, *p.args], dict(p.env))
+        say(f"[{time.monotonic() - started:5.1f}s] started {len(plan.processes)} processes and the event-plane broker")
+        readiness = wait_ready(plan, procs, discovery, args.ready_timeout, say, started)
+        registered = readiness.registered
+        ready_seconds = time.monotonic() - started
+        say(f"[{ready_seconds:5.1f}s] graph ready")
+
+        smoke_result = smoke.run(
+            plan.url, plan.served_model_name, plan.max_model_len, kv_block_size=plan.smoke_block_size, log=say
+        )  # as the Job runs it
+        if not smoke_result["passed"]:
+            raise RehearsalFailed(
+                "smoke test failed: " + "; ".join(f"{k}: {v}" for k, v in smoke_result["failures"].items())
+            )
+        if args.load:
+            before = _metrics(plan.http_port)
+            for kind in runs_wanted:
+                if kind == "trace":
+                    say(
+                        f"[{time.monotonic() - started:5.1f}s] AIPerf trace replay: {len(trace.requests)} requests "
+                        f"over {trace.replay_seconds:.0f}s"
+                    )
+                    hub_env = hub_snapshot(model_dir, scratch / "hub")
+                    argv = trace_argv(
+                        python, plan, out / TRACE_COPY, args.trace_speedup, FIXTURE_REPO, out / "aiperf" / kind
+                    )
+                    deadline = trace.replay_seconds + workload.RUN_GRACE_SECONDS
+                else:
+                    say(
+                        f"[{time.monotonic() - started:5.1f}s] AIPerf {kind}: {w.requests} requests, "
+                        f"cap {w.duration_seconds:.0f}s"
+                    )
+                    argv = aiperf_argv(python, plan, kind, w, model_dir, out / "aiperf" / kind)
+                    deadline = w.run_deadline_seconds()
+                runs[kind] = run_aiperf(
+                    procs,
+                    f"aiperf-{kind}",
+                    argv,
+                    out / "aiperf" / kind,
+                    deadline,
+                    say,
+                    env,
+                    hub_env if kind == "trace" else None,
+                )
+        measure()
+        dead = procs.dead()
+        if dead:
+            raise RehearsalFailed(f"{dead[0][0]} exited with code {dead[0][1]} during the run")
+    except RehearsalFailed as err:
+        failure, code = str(err), 1
+        say(f"FAILED: {err}")
+    except OSError as err:  # a process could not be started (a broken venv): a failed run, reported as one
+        failure, code = f"could not start a process: {err}", 1
+        say(f"FAILED: {failure}")
+    except (KeyboardInterrupt, Interrupted):
+        failure, code = "interrupted", 130
+        say("interrupted")
+    finally:
+        if code and not worker_load and readiness is not None:
+            try:  # the workers still run: what they served goes into the report
+                measure()
+            except (Exception, KeyboardInterrupt, Interrupted):
+                pass
+        stopped = procs.stop_all()
+        shutil.rmtree(scratch, ignore_errors=True)
+        say(f"stopped {stopped} processes")
+    report = rehearsal_report.build_report(
+        plan,
+        ready_seconds=ready_seconds,
+        registered=registered,
+        smoke=smoke_result,
+        runs=runs,
+        kv_hit=kv_hit,
+        worker_load=worker_load,
+        failure=failure,
+        extra={
+            "total_seconds": round(time.monotonic() - started, 2),
+            "network": args.network,
+            "scratch_dir": str(scratch),
+            "discovery_dir": str(discovery),
+            "readiness": None if readiness is None else dataclasses.asdict(readiness),
+            "speedup_ratio": args.speedup_ratio,
+            "timing": args.timing,
+            "aiperf": {
+                "requests": w.requests,
+                "duration_cap_s": w.duration_seconds,
+                "concurrency": w.concurrency,
+                "system_prompt_tokens": w.system_prompt_tokens,
+                "turns": w.turns,
+            },
+            **({} if trace is None else {"trace": trace.report(kv_hit)}),
+        },
+    )
+    write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
+    plots: list[str] = []
+    try:
+        from kimi_k3.rehearsal import plots as rehearse_plots
+
+        plots = rehearse_plots.draw(report, out)
+    except Exception as err:  # a plot must never hide the result
+        say(f"plots skipped: {type(err).__name__}: {err}")
+    write_text(out / "report.md", rehearsal_report.render_markdown(report, plots))
+    _summary(report, out, say)
+    return code
+
+
+HIT_METRICS = ("dynamo_frontend_input_sequence_tokens_sum", "dynamo_frontend_cached_tokens_sum")
+
+
+LOCK_FD_ENV = "KIMI_K3_REHEARSE_LOCK_FD"  # the run's lock, held across the exec into the network namespace
+
+
+PLOTS = ("latency.png", "workers.png", "agentic_ttft.png")
+
+
+# A previous run's results: removed before this run starts, so a failed or interrupted run never shows them.
+TRACE_COPY = "trace.jsonl"  # the replayed selection of --trace, in the run directory
+
+
+PREVIOUS = ("report.json", "report.md", "processes.json", "perf_profile.npz", TRACE_COPY, *PLOTS)
+
+
+PREVIOUS_DIRS = ("aiperf", "logs", "discovery")
+
+
+def lock_out(out: Path) -> int:
+    """An exclusive lock on OUT/.lock for this run (released when the process ends, however it ends); a second
+    rehearsal into the same directory is refused, naming the holder."""
+    import fcntl
+
+    inherited = os.environ.get(LOCK_FD_ENV)
+    if inherited:  # taken by this same process before it entered the network namespace
+        return int(inherited)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # what os.access cannot tell (root on /proc, a read-only mount)
+        raise UserError(f"--out {out}: cannot be written ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 500).decode(errors="replace").strip() or "pid unknown"
+        os.close(fd)
+        raise UserError(
+            f"--out {out}: another rehearsal is running there ({holder}); wait for it to end, stop it, "
+            "or give another --out"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+    return fd
+
+
+def clear_previous(out: Path) -> None:
+    for name in PREVIOUS:
+        (out / name).unlink(missing_ok=True)
+    for name in PREVIOUS_DIRS:
+        shutil.rmtree(out / name, ignore_errors=True)
+
+
+def _delta(before, after, names) -> list[tuple[str, dict[str, str], float]]:
+    b = {n: metrics.metric_sum(before, n) for n in names}
+    return [(n, {}, metrics.metric_sum(after, n) - b[n]) for n in names]
+
+
+def _summary(report: dict[str, Any], out: Path, say: Callable[[str], None]) -> None:
+    load, fmt = report["load"], rehearsal_report._fmt  # the console says what report.md says, in the same units
+    t, hit = load["ttft_ms"], report["kv_hit_rate"]
+    say(
+        f"{report['stack']}: ready {fmt(report['ready_seconds'], ' s')}, smoke "
+        f"{'passed' if report['smoke']['passed'] else 'FAILED'}"
+        + (
+            f", TTFT p50/p90/p99 {fmt(t['p50'])}/{fmt(t['p90'])}/{fmt(t['p99'])} ms, "
+            f"ITL p50 {fmt(load['itl_ms']['p50'])} ms, {fmt(load['output_tokens_per_second'])} output tok/s, "
+            f"KV hit rate {'-' if hit is None else f'{100 * hit:.1f}%'}"
+            if load["requests"]
+            else ""
+        )
+        + (f", FAILED: {report['failure']}" if report["failure"] else "")
+        + f" -> {out}/report.md"
+    )
+
+
+def command_line(args: argparse.Namespace) -> list[str]:
+    """The same command's arguments again (to re-run it inside the network namespace)."""
+    out = [args.stack]
+    for name in (
+        "out",
+        "ready_timeout",
+        "requests",
+        "duration",
+        "concurrency",
+        "system_prompt_tokens",
+        "turns",
+        "speedup_ratio",
+        "perf_profile",
+        "runs",
+        "trace",
+        "trace_first",
+        "trace_window",
+        "trace_speedup",
+    ):
+        value = getattr(args, name, None)
+        if value is not None:
+            text = (
+                ",".join(value)
+                if name == "runs"
+                else f"{value[0]!r}:{value[1]!r}"
+                if name == "trace_window"
+                else repr(value)
+                if isinstance(value, float)
+                else str(value)
+            )
+            out += ["--" + name.replace("_", "-"), text]
+    return (
+        out
+        + ([] if args.load else ["--no-load"])
+        + (["--host-network"] if args.host_network else [])
+        + ([] if args.perf_model else ["--mocker-timing"])
+    )

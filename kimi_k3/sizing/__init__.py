@@ -1,0 +1,1 @@
+"""kimi_k3/sizing: see docs/architecture.md."""
