@@ -169,6 +169,7 @@ VOLUME = OBJ(
         "emptyDir": OBJ({"medium": STR, "sizeLimit": QUANTITY}),
         "configMap": OBJ({"name": STR, "defaultMode": INT}),
         "secret": OBJ({"secretName": STR, "defaultMode": INT}),
+        "nfs": OBJ({"server": STR, "path": STR, "readOnly": BOOL}, ("server", "path")),
     },
     ("name",),
 )
@@ -259,6 +260,8 @@ SPECS: dict[str, T] = {
             "capacity": MAP(QUANTITY),
             "persistentVolumeReclaimPolicy": STR,
             "claimRef": OBJ({"name": STR, "namespace": STR}),
+            "csi": OBJ({"driver": STR, "volumeHandle": STR, "readOnly": BOOL, "volumeAttributes": MAP(STR)},
+                       ("driver", "volumeHandle")),
         }
     ),
     "DynamoGraphDeployment": OBJ({"components": LIST(DGD_COMPONENT), "env": LIST(ENV_VAR)}),

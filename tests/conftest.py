@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,11 @@ from kimi_k3.config.stack_files import read_stack_config
 from kimi_k3.offline.synth import render_config, render_stack
 
 ROOT = Path(__file__).resolve().parent.parent
+# A test may reuse another lane's helpers (`from test_rules import ...`): every lane folder is importable, whatever
+# order pytest (or an xdist worker) collects them in.
+for _lane in sorted(p for p in Path(__file__).resolve().parent.iterdir() if p.is_dir() and p.name != "__pycache__"):
+    if str(_lane) not in sys.path:
+        sys.path.append(str(_lane))
 SHARED = ROOT.parent / "shared" / "reference"
 STACKS = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
 UPSTREAM = {  # our stack -> upstream profile directory

@@ -100,22 +100,22 @@ def _graph(stack="gb300-disagg"):
 
 
 @pytest.mark.parametrize(
-    "script_attr, build",
+    "module, script_attr, build",
     [
-        ("PREFETCH_SCRIPT", lambda g: node_local.weights_prefetch_objects(g, "python:3.12-slim")[2]),
-        ("VERIFY_SCRIPT", lambda g: model_cache.download_job(g, "python:3.12-slim", "1.0.0")),
-        ("WATCH_SCRIPT", lambda g: k8s_jobs.graph_watch_objects(g, "python:3.12-slim")[-1]),
-        ("PREFLIGHT_SCRIPT", lambda g: k8s_jobs.preflight_job(g, g.roles[0], 300, 600)),
-        ("SMOKE_SCRIPT", lambda g: k8s_jobs.smoke_job(g, "python:3.12-slim")),
+        (node_local, "PREFETCH_SCRIPT", lambda g: node_local.weights_prefetch_objects(g, "python:3.12-slim")[2]),
+        (model_cache, "VERIFY_SCRIPT", lambda g: model_cache.download_job(g, "python:3.12-slim", "1.0.0")),
+        (k8s_jobs, "WATCH_SCRIPT", lambda g: k8s_jobs.graph_watch_objects(g, "python:3.12-slim")[-1]),
+        (k8s_jobs, "PREFLIGHT_SCRIPT", lambda g: k8s_jobs.preflight_job(g, g.roles[0], 300, 600)),
+        (k8s_jobs, "SMOKE_SCRIPT", lambda g: k8s_jobs.smoke_job(g, "python:3.12-slim")),
     ],
 )
-def test_changing_a_script_changes_the_pod_template(script_attr, build, monkeypatch, tmp_path):
+def test_changing_a_script_changes_the_pod_template(module, script_attr, build, monkeypatch, tmp_path):
     g = _graph()
     before = build(g)["spec"]["template"]
-    original = getattr(manifests, script_attr)
+    original = getattr(module, script_attr)
     changed = tmp_path / original.name
     changed.write_text(original.read_text() + "\n# changed\n")
-    monkeypatch.setattr(manifests, script_attr, changed)
+    monkeypatch.setattr(module, script_attr, changed)
     after = build(g)["spec"]["template"]
     assert after != before
     assert after["spec"] == before["spec"], "only the annotation moves: same volumes, same command"
