@@ -260,8 +260,10 @@ SPECS: dict[str, T] = {
             "capacity": MAP(QUANTITY),
             "persistentVolumeReclaimPolicy": STR,
             "claimRef": OBJ({"name": STR, "namespace": STR}),
-            "csi": OBJ({"driver": STR, "volumeHandle": STR, "readOnly": BOOL, "volumeAttributes": MAP(STR)},
-                       ("driver", "volumeHandle")),
+            "csi": OBJ(
+                {"driver": STR, "volumeHandle": STR, "readOnly": BOOL, "volumeAttributes": MAP(STR)},
+                ("driver", "volumeHandle"),
+            ),
         }
     ),
     "DynamoGraphDeployment": OBJ({"components": LIST(DGD_COMPONENT), "env": LIST(ENV_VAR)}),

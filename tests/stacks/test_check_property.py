@@ -243,8 +243,11 @@ def test_every_field_the_rules_read_is_declared(stack):
 # policies/rules/model_path.py reads v1alpha1's component annotations and policies/rules/qos.py v1alpha1's component
 # resources, which v1beta1 components do not have; ConfigMap data (alerts-match-metric-units reads the dashboards)
 # is outside any spec, which shape.py types for every kind alike.
-NOT_IN_ANY_SCHEMA = ["ConfigMap: data", "DynamoGraphDeployment: spec.components.[].annotations",
-                     "DynamoGraphDeployment: spec.components.[].resources"]
+NOT_IN_ANY_SCHEMA = [
+    "ConfigMap: data",
+    "DynamoGraphDeployment: spec.components.[].annotations",
+    "DynamoGraphDeployment: spec.components.[].resources",
+]
 
 
 def test_the_recorder_sees_reads_outside_the_declaration():
