@@ -12,7 +12,6 @@ from conftest import STACKS, by_kind, render_with
 from kimi_k3.config.stack import parse_stack_config
 from kimi_k3.config.stack_files import read_stack_config
 from kimi_k3.graph.build import build_graph
-from kimi_k3.k8s import deployment as manifests
 from kimi_k3.k8s import jobs as k8s_jobs
 from kimi_k3.k8s import model_cache, node_local
 from policies import rules
