@@ -165,6 +165,19 @@ def project_copy(dest: Path) -> Path:
     return dest
 
 
+# A stand-in for the commit a team pins by pull request in the shared stack files (`pulumi up` refuses none).
+PINNED_REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+def pin_model_revision(clone: Path) -> Path:
+    """The clone's shared stack files with kimi-k3:model.revision set, as a team's merged pull request leaves them."""
+    for stack_file in clone.glob("Pulumi.*.yaml"):
+        text = stack_file.read_text()
+        assert "kimi-k3:model:" not in text, f"{stack_file.name} pins the model already: update this helper"
+        stack_file.write_text(text.rstrip("\n") + f"\n  kimi-k3:model:\n    revision: {PINNED_REVISION}\n")
+    return clone
+
+
 def fake_pulumi_bin(tmp_path: Path) -> Path:
     """A directory holding `pulumi`: tests/fake_pulumi.py run by this interpreter."""
     import sys

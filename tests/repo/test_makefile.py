@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import ROOT, fake_pulumi_bin, project_copy
+from conftest import ROOT, fake_pulumi_bin, pin_model_revision, project_copy
 
 pytestmark = pytest.mark.slow  # runs make in a copy of the repository (make test-slow)
 STACK = "gb300-disagg"
@@ -21,7 +21,7 @@ USER = f".pulumi-user/Pulumi.{STACK}.yaml"
 def clone(tmp_path):
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    return project_copy(tmp_path / "clone")
+    return pin_model_revision(project_copy(tmp_path / "clone"))
 
 
 def make(clone, *args, stdin=None, path_prefix=None, **env):

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import ROOT, fake_pulumi_bin, project_copy
+from conftest import ROOT, fake_pulumi_bin, pin_model_revision, project_copy
 
 pytestmark = pytest.mark.slow  # runs make and the README in a copy of the repository (make test-slow)
 NOT_RUN = {
@@ -41,7 +41,7 @@ def test_readme_has_the_quick_start_commands():
 def test_readme_commands_run_as_written(tmp_path):
     if shutil.which("make") is None or shutil.which("bash") is None:
         pytest.skip("make and bash are needed to run the README's commands")
-    clone = project_copy(tmp_path / "clone")
+    clone = pin_model_revision(project_copy(tmp_path / "clone"))  # README: the pin is a pull request
     tracked = {p.name: p.read_text() for p in clone.glob("Pulumi.*.yaml")}
     script = ["set -e"]
     for command in readme_commands():
