@@ -27,12 +27,15 @@ live = pytest.mark.rehearse
 STALE_PNG = b"\x89PNG a previous run's plot"
 
 
+STALE_EXPORT = (
+    json.dumps({"metrics": {"input_sequence_length": {"value": 100}, "time_to_first_token": {"value": 5}}}) + "\n"
+)
+
+
 def seed_previous_run(out: Path) -> None:
     """What a previous, passing run left in OUT."""
     (out / "aiperf" / "agentic").mkdir(parents=True)
-    (out / "aiperf" / "agentic" / "profile_export.jsonl").write_text(
-        json.dumps({"metrics": {"input_sequence_length": {"value": 100}, "time_to_first_token": {"value": 5}}}) + "\n"
-    )
+    (out / "aiperf" / "agentic" / "profile_export.jsonl").write_text(STALE_EXPORT)
     (out / "discovery" / "v1").mkdir(parents=True)
     (out / "discovery" / "v1" / "old-worker").write_text("{}")
     (out / "report.json").write_text(json.dumps({"failure": None, "smoke": {"passed": True}, "stale": True}))
@@ -43,8 +46,13 @@ def seed_previous_run(out: Path) -> None:
 
 def assert_no_previous_results(out: Path) -> None:
     assert "stale" not in json.loads((out / "report.json").read_text())
-    for name in ("aiperf/agentic/profile_export.jsonl", "discovery/v1/old-worker"):
-        assert not (out / name).exists(), f"{name}: a previous run's result is still there"
+    assert not (out / "discovery/v1/old-worker").exists(), (
+        "discovery/v1/old-worker: a previous run's result is still there"
+    )
+    export = out / "aiperf/agentic/profile_export.jsonl"  # gone, or written by this run's AIPerf (it exports on SIGINT)
+    assert not export.exists() or export.read_text() != STALE_EXPORT, (
+        f"{export}: a previous run's result is still there"
+    )
     for png in ("latency.png", "workers.png", "agentic_ttft.png"):  # gone, or drawn by this run
         assert not (out / png).exists() or (out / png).read_bytes() != STALE_PNG, f"{png} is the previous run's"
         assert ((out / png).exists()) == (f"![{png}]({png})" in (out / "report.md").read_text()), png
