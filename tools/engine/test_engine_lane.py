@@ -242,10 +242,25 @@ def init_stack(world, stack: str, config: dict) -> None:
     pulumi(world, "config", "set", "--secret", "kimi-k3:kubeconfig", world["cluster"].kubeconfig_text(), stack=stack)
 
 
+def shared_view(world, stack: str) -> Path:
+    """The lane project as CI renders and checks it: the stack file without the per-user secrets the lane keeps in
+    it (the offline commands refuse per-user values in a shared stack file and would assume placeholders anyway)."""
+    view = world["work"] / f"shared-view-{stack}"
+    view.mkdir(exist_ok=True)
+    for entry in PROJECT_ENTRIES:
+        if not (view / entry).exists():
+            (view / entry).symlink_to(lane.ROOT / entry)
+    doc = yaml.safe_load((world["project"] / f"Pulumi.{stack}.yaml").read_text()) or {}
+    for key in ("kimi-k3:hfToken", "kimi-k3:kubeconfig"):
+        doc.get("config", {}).pop(key, None)
+    (view / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return view
+
+
 def render(world, stack: str, out: Path) -> list[dict]:
     proc = subprocess.run(
         [str(lane.ROOT / ".venv/bin/kimi-k3"), "render", stack, "--out", str(out)],
-        cwd=world["project"],
+        cwd=shared_view(world, stack),
         capture_output=True,
         text=True,
         timeout=COMMAND_TIMEOUT_S,
@@ -453,7 +468,7 @@ def test_stack_under_the_engine(world, stack):
     pulumi(world, "stack", "export", "--file", str(state), stack=stack)
     guard = subprocess.run(
         [sys.executable, "-m", "kimi_k3", "check", stack, "--against", str(state)],
-        cwd=world["project"],
+        cwd=shared_view(world, stack),
         env=world["env"],
         capture_output=True,
         text=True,
