@@ -97,8 +97,8 @@ def tokenizer_counts(tmp_path_factory):
     out = tmp_path_factory.mktemp("tok")
     script = f"""
 import json, sys
-sys.path.insert(0, {str(ROOT / "kimi_k3")!r})
-import rehearse_fixture, smoke
+sys.path[:0] = [{str(ROOT / "kimi_k3" / "rehearsal")!r}, {str(ROOT / "kimi_k3" / "pods")!r}]
+import fixture as rehearse_fixture, smoke
 from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 rehearse_fixture.build(Path({str(out / "fixture")!r}), 1048576)
