@@ -339,12 +339,33 @@ def _api_version(type_token: str) -> Optional[tuple[str, str]]:
     return (version if group == "core" else f"{group}/{version}"), parts[2]
 
 
+def plain(value: Any) -> Any:
+    """A value the engine hands the pack as plain dicts and lists, as `kimi-k3 check` sees it.
+
+    pulumi_policy wraps resource inputs in read-only Mapping/Sequence proxies that raise UnknownValueError on
+    values unknown during preview; rules written over rendered YAML concatenate, copy and compare lists, which
+    the proxies do not support. A subtree holding an unknown value stays a proxy, so a rule reading that value
+    is not applicable (pulumi_policy's own rule) rather than judged on a placeholder."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Mapping, Sequence)):
+        return value
+    try:  # each child converts on its own: only the containers right above an unknown value stay proxies
+        if isinstance(value, Mapping):
+            return {k: plain(value[k]) for k in value}
+        return [plain(value[i]) for i in range(len(value))]
+    except Exception as exc:  # noqa: BLE001 - only the proxy's unknown marker is expected here
+        if type(exc).__name__ != "UnknownValueError":
+            raise
+        return value
+
+
 def object_from_resource(type_token: str, props: Mapping[str, Any], name: str) -> Optional[dict]:
     """The Kubernetes object a Pulumi Kubernetes resource's inputs describe (None for other providers)."""
     api = _api_version(type_token)
     if api is None:
         return None
-    obj = dict(props)
+    obj = plain(props)
+    if not isinstance(obj, dict):  # a top-level input unknown in preview: not applicable, as before the conversion
+        obj = dict(props)
     obj.setdefault("apiVersion", api[0])
     obj.setdefault("kind", api[1])
     if isinstance(obj.get("metadata") or {}, Mapping):  # any other shape is the shape rule's to report
@@ -373,5 +394,5 @@ def resource_info(
         protect,
         retain_on_delete,
         pool,
-        dict(props) if type_token.startswith("aws:") else None,
+        plain(props) if type_token.startswith("aws:") else None,
     )

@@ -30,7 +30,7 @@ PROBE_MARGIN_BLOCKS = 2
 
 def _smoke_args(container: Mapping) -> Optional[list[str]]:
     """The argv after kimi_k3/pods/smoke.py in a container's command + args, or None when it does not run it."""
-    argv = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    argv = flags.raw_argv(container)
     for i, token in enumerate(argv):
         if token.rsplit("/", 1)[-1] == SMOKE_SCRIPT:
             return argv[i + 1 :]
