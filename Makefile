@@ -82,7 +82,7 @@ test: venv  ## the test suite within its budget (what CI runs first: .ci/run)
 	$(BIN)/pytest -n auto --dist loadfile   # one worker per core; a test file stays on one worker (its fixtures once)
 
 test-slow: venv  ## lanes beyond the make test budget: day-two changes, the Makefile and README commands as written
-	$(BIN)/pytest -m slow
+	$(BIN)/pytest -m slow -n auto --dist loadfile   # the same two workers as make test
 
 # The aiconfigurator lane: installs the `perf` extra (large: pandas, pyarrow, scipy) into .venv and checks that the
 # committed table recipes/perf-raw.yaml still equals what aiconfigurator computes (.ci/run runs it after `make test`).

@@ -14,6 +14,8 @@ from conftest import ROOT
 from kimi_k3.commands import diff, diff_compare
 from kimi_k3.offline import revisions
 
+pytestmark = pytest.mark.slow  # beyond the `make test` budget: git worktrees and two renders per case
+
 GIT_ENV = {
     **os.environ,
     "GIT_AUTHOR_NAME": "t",

@@ -16,6 +16,8 @@ from conftest import ROOT, project_copy
 
 from kimi_k3.commands.main import main
 
+pytestmark = pytest.mark.slow  # beyond the `make test` budget: full-disk and signal cases as real processes
+
 
 class Started(AssertionError):
     """The command started a process although its input was bad."""

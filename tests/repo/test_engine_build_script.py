@@ -22,6 +22,8 @@ import time
 import pytest
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # beyond the `make test` budget: runs the engine build script as processes
+
 BUILD_SH = ROOT / "tools" / "engine" / "build.sh"
 
 FAKE_GO = textwrap.dedent(r"""

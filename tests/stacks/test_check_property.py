@@ -34,6 +34,8 @@ from kimi_k3.offline.synth import render_stack
 from policies import rules
 from policies.rules import base
 
+pytestmark = pytest.mark.slow  # beyond the `make test` budget: hypothesis searches many generated objects
+
 K8S = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / "v1.34.0-local"
 CORE_FILES = {
     "Pod": "pod-v1",
