@@ -87,6 +87,14 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         return 2
     if trace is not None:
         runs_wanted = ["trace"]
+    if getattr(args, "kv_budget_gib", None) is not None:  # checked before anything is created or removed
+        room = min(p.to_json()["kv_pool_gib_per_gpu"] for p in graph_role_plans.role_kv_plans(graph).values())
+        if args.kv_budget_gib > room:
+            say(
+                f"kimi-k3 rehearse {args.stack}: --kv-budget-gib {args.kv_budget_gib:g}: more than the {room:.2f} GiB "
+                f"per GPU the stack's roles have left after weights; allowed: a number > 0 and <= {room:.2f}"
+            )
+            return 2
     # Input checked. One rehearsal per output directory at a time (a second one is refused before it starts).
     try:
         lock = lock_out(out)
@@ -123,16 +131,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         except perf.PerfError as err:
             say(f"rehearse {args.stack}: the mocker's own timing (no performance model for this layout: {err})")
     # The same KV plan `kimi-k3 plan STACK` prints for each role.
-    role_plans = graph_role_plans.role_kv_plans(graph)
-    if getattr(args, "kv_budget_gib", None) is not None:
-        room = min(p.to_json()["kv_pool_gib_per_gpu"] for p in role_plans.values())
-        if args.kv_budget_gib > room:
-            say(
-                f"kimi-k3 rehearse {args.stack}: --kv-budget-gib {args.kv_budget_gib:g}: more than the {room:.2f} GiB "
-                f"per GPU the stack's roles have left after weights; allowed: a number > 0 and <= {room:.2f}"
-            )
-            return 2
-        role_plans = graph_role_plans.role_kv_plans(graph, args.kv_budget_gib)
+    role_plans = graph_role_plans.role_kv_plans(graph, getattr(args, "kv_budget_gib", None))
     try:  # frontend HTTP, the broker's XSUB and XPUB, one system (metrics) port per worker: all distinct
         http_port, xsub_port, xpub_port, *metrics_ports = free_ports(3 + sum(r.replicas for r in graph.roles))
     except RehearsalFailed as err:
