@@ -210,6 +210,8 @@ def cost(
         "stack_usd_per_request_at_trace_rate": per(rate),
         "stack_capacity_requests_per_s": None if capacity_rps is None else round(capacity_rps, 4),
         "stack_usd_per_request_at_capacity": per(capacity_rps),
+        # below the trace's rate the deployed stack queues without bound: its per-request cost at that rate is moot
+        "stack_keeps_up": None if capacity_rps is None else capacity_rps >= rate,
         "trace_rate_per_s": round(rate, 4),
     }
 
@@ -341,7 +343,12 @@ def markdown(t: dict[str, Any]) -> list[str]:
             f"- on the stack ({_usd(c['stack_usd_per_hour_gpus_used'])}/h for the GPUs it uses): "
             f"{_usd(c['stack_usd_per_request_at_trace_rate'])} a request at the trace's "
             f"{c['trace_rate_per_s']:g} req/s, {_usd(c['stack_usd_per_request_at_capacity'])} at its capacity "
-            f"for this mix ({c['stack_capacity_requests_per_s'] or 0:g} req/s, performance model)",
+            f"for this mix ({c['stack_capacity_requests_per_s'] or 0:g} req/s, performance model)"
+            + (
+                " - **the deployed stack cannot keep up with this rate** (see the ratio above)"
+                if c.get("stack_keeps_up") is False
+                else ""
+            ),
             f"- the API ({c['api_model']}: input ${c['api_price_usd_per_mtok']['input_cache_miss']:g}, cached "
             f"${c['api_price_usd_per_mtok']['input_cache_hit']:g}, output ${c['api_price_usd_per_mtok']['output']:g}"
             f" per Mtok; {c['api_price_source']}): {_usd(c['api_usd_per_request_best_cache'])} a request with "

@@ -95,6 +95,8 @@ def test_api_bill_prices_input_cached_and_output_separately():
     assert c["api_usd_per_request_achieved_cache"] == pytest.approx(achieved, abs=1e-6)
     assert c["stack_usd_per_request_at_trace_rate"] == pytest.approx(36.0 / 3600, abs=1e-6)  # 1 req/s
     assert c["stack_usd_per_request_at_capacity"] == pytest.approx(36.0 / 7200, abs=1e-6)
+    assert c["stack_keeps_up"] is True
+    assert trace_report.cost(reqs, 1536, 36.0, 0.5, None)["stack_keeps_up"] is False  # 0.5 req/s < 1 req/s
 
 
 def _png_description(path) -> dict:
