@@ -110,8 +110,11 @@ plan: venv  ## memory, KV capacity, cold start and cost of STACK
 	$(BIN)/kimi-k3 plan '$(STACK)'
 
 # The stack's serving graph on this machine: real Dynamo frontend + KV router, mocker engines, AIPerf; no cloud.
-rehearse: venv rehearse-venv  ## STACK's serving graph on loopback: Dynamo frontend + mockers + AIPerf
-	$(BIN)/kimi-k3 rehearse '$(STACK)' $(REHEARSE_ARGS)
+# TRACE=FILE replays a mooncake_trace file instead of the built-in runs (docs/traces.md); its path is quoted, and a
+# quote in it is refused (it reaches a shell command).
+rehearse: venv rehearse-venv  ## STACK's serving graph on loopback: Dynamo frontend + mockers + AIPerf (TRACE=FILE: replay it)
+	$(if $(findstring ',$(value TRACE)),$(error TRACE=$(value TRACE): a path with a quote; allowed: a file path without '))
+	$(BIN)/kimi-k3 rehearse '$(STACK)' $(if $(value TRACE),--trace '$(value TRACE)') $(REHEARSE_ARGS)
 
 # Real processes (frontend, mockers, AIPerf) for every stack, and the cleanup on success, failure and interrupt.
 test-rehearse: venv rehearse-venv  ## real rehearsal processes (frontend, mockers, AIPerf) for every stack, and their cleanup

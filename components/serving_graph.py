@@ -214,13 +214,15 @@ class ServingGraph(pulumi.ComponentResource):
             w = args.benchmark.config.to_workload()
             bench_files = register(
                 f"{name}-benchmark-plan",
-                jobs.benchmark_config_map(g, w),
+                jobs.benchmark_config_map(g, w, args.benchmark.config.trace),
                 pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
             )
             # After the smoke test (or, without it, the graph-ready Job): load only a graph that serves.
             self.benchmark = register(
                 f"{name}-benchmark",
-                jobs.benchmark_job(g, w, args.benchmark.config.image, args.benchmark.node_selector),
+                jobs.benchmark_job(
+                    g, w, args.benchmark.config.image, args.benchmark.node_selector, args.benchmark.config.trace
+                ),
                 pulumi.ResourceOptions(parent=self, depends_on=[self.smoke or self.ready, bench_files]),
             )
         self.register_outputs(

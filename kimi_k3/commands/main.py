@@ -18,6 +18,7 @@ COMMANDS = {
     "diff": "render stacks at two revisions and report what changes",
     "plan": "capacity, cold-start and cost plan for a stack or an ad hoc role",
     "rehearse": "run the stack's serving graph locally (Dynamo frontend + mocker engines), smoke test, AIPerf, report",
+    "trace-configmap": "write the ConfigMap the in-cluster benchmark Job replays a trace from (size checked)",
 }
 
 
@@ -44,7 +45,7 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, help_line in COMMANDS.items():
         if name == command:
-            importlib.import_module(f"kimi_k3.commands.{name}").register(sub)
+            importlib.import_module(f"kimi_k3.commands.{name.replace('-', '_')}").register(sub)
         else:
             sub.add_parser(name, help=help_line)
     return p

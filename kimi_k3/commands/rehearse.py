@@ -95,6 +95,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help="replay X times faster than recorded (0.5 = twice as slow; 1)",
     )
     p.add_argument(
+        "--kv-budget-gib",
+        type=positive,
+        metavar="G",
+        help="size every mocker's KV cache from this KV pool per GPU (as `kimi-k3 plan STACK --kv-budget-gib G`) "
+        "instead of what the GPU has left after weights: a smaller cache to see what capacity costs in hit rate",
+    )
+    p.add_argument(
         "--host-network",
         action="store_true",
         help="run on the host's loopback instead of a private network namespace (the default where "

@@ -9,6 +9,7 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator
 
 from kimi_k3.config.base import DNS_LABEL, FlagValue, Quantity, Strict, allowed_as
+from kimi_k3.config.trace import BenchmarkTraceConfig
 from kimi_k3.errors import shown
 from kimi_k3.pods import workload
 
@@ -143,6 +144,9 @@ class BenchmarkConfig(Strict):
     turns: int = Field(workload.DEFAULT.turns, ge=1, le=64, description="turns per agentic conversation")
     runs: list[Literal["agentic", "synthetic"]] = Field(
         list(workload.RUNS), min_length=1, description="which runs, in order"
+    )
+    trace: Optional[BenchmarkTraceConfig] = Field(
+        None, description="replay this trace (a ConfigMap you create) instead of the runs (docs/traces.md)"
     )
 
     @field_validator("image")

@@ -6,8 +6,9 @@ from kimi_k3.graph.model import ServingGraph, role_prefix_caching
 from kimi_k3.sizing.memory import RolePlan, plan_role
 
 
-def role_kv_plans(graph: ServingGraph) -> dict[str, RolePlan]:
-    """Each role's memory plan, as `kimi-k3 plan STACK` computes it (planner.plan_role with the role's facts)."""
+def role_kv_plans(graph: ServingGraph, kv_budget_gib: float | None = None) -> dict[str, RolePlan]:
+    """Each role's memory plan, as `kimi-k3 plan STACK [--kv-budget-gib G]` computes it (planner.plan_role with the
+    role's facts; a budget replaces the KV pool per GPU)."""
     return {
         r.key: plan_role(
             graph.platform.name,
@@ -17,6 +18,7 @@ def role_kv_plans(graph: ServingGraph) -> dict[str, RolePlan]:
             kv_cache_dtype=r.kv_cache_dtype,
             max_model_len=r.max_model_len,
             prefix_caching=role_prefix_caching(r),
+            kv_budget_gib=kv_budget_gib,
         )
         for r in graph.roles
     }

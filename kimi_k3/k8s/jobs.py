@@ -6,7 +6,9 @@ import hashlib
 import json
 from pathlib import Path
 
+from kimi_k3.config.trace import BenchmarkTraceConfig
 from kimi_k3.graph.model import Role, ServingGraph
+from kimi_k3.k8s import benchmark_trace
 from kimi_k3.k8s.deployment import (
     _gpu_group_placement,
     compute_domain_name,
@@ -152,9 +154,12 @@ def smoke_job(graph: ServingGraph, image: str, node_selector: dict[str, str] | N
     }
 
 
-def benchmark_plan(graph: ServingGraph, w: workload.Workload) -> Obj:
+def benchmark_plan(graph: ServingGraph, w: workload.Workload, trace: BenchmarkTraceConfig | None = None) -> Obj:
     """What the benchmark Job runs: the rehearsal's workload (workload.profile_args) against the frontend Service,
-    tokenized by the model's own tokenizer from the cache (remote code, as the graph's --trust-remote-code)."""
+    tokenized by the model's own tokenizer from the cache (remote code, as the graph's --trust-remote-code); with
+    a trace, its replay instead (kimi_k3/k8s/benchmark_trace.py)."""
+    if trace is not None:
+        return benchmark_trace.trace_plan(graph, trace, frontend_url(graph), BENCHMARK_RESULTS)
     return {
         "run_deadline_seconds": w.run_deadline_seconds(),
         "runs": {
@@ -172,28 +177,33 @@ def benchmark_plan(graph: ServingGraph, w: workload.Workload) -> Obj:
     }
 
 
-def benchmark_config_map(graph: ServingGraph, w: workload.Workload) -> Obj:
+def benchmark_config_map(graph: ServingGraph, w: workload.Workload, trace: BenchmarkTraceConfig | None = None) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(graph, NAMES["benchmark"]),
         "data": {
             WORKLOAD_SCRIPT.name: WORKLOAD_SCRIPT.read_text(),
-            "plan.json": json.dumps(benchmark_plan(graph, w), indent=1) + "\n",
+            "plan.json": json.dumps(benchmark_plan(graph, w, trace), indent=1) + "\n",
         },
     }
 
 
 def benchmark_job(
-    graph: ServingGraph, w: workload.Workload, image: str, node_selector: dict[str, str] | None = None
+    graph: ServingGraph,
+    w: workload.Workload,
+    image: str,
+    node_selector: dict[str, str] | None = None,
+    trace: BenchmarkTraceConfig | None = None,
 ) -> Obj:
     """AIPerf against the frontend Service, after the smoke test: the rehearsal's runs, one after the other, in
     AIPerf's own image. No API access (no service account token), non-root, read-only root and model cache,
     Guaranteed resources; each run's summary stays in the Job's log (`kubectl logs job/kimi-k3-benchmark`)."""
-    deadline = int(BENCHMARK_START_SECONDS + len(w.runs) * w.run_deadline_seconds())
+    plan = benchmark_plan(graph, w, trace)
+    deadline = int(BENCHMARK_START_SECONDS + len(plan["runs"]) * plan["run_deadline_seconds"])
     # A changed graph or workload changes the pod template, so the Job is replaced and measures again.
     graph_hash = hashlib.sha256(json.dumps(graph_deployment(graph), sort_keys=True).encode()).hexdigest()[:16]
-    plan_hash = hashlib.sha256(json.dumps(benchmark_plan(graph, w), sort_keys=True).encode()).hexdigest()[:16]
+    plan_hash = hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:16]
     tmp = {"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}
     results = {"name": "results", "emptyDir": {"sizeLimit": "1Gi"}}
     return {
@@ -209,7 +219,7 @@ def benchmark_job(
                         "labels": {**PART_OF, "app.kubernetes.io/component": "benchmark"},
                         "annotations": {"kimi-k3.io/graph-sha256": graph_hash, "kimi-k3.io/plan-sha256": plan_hash},
                     },
-                    benchmark_config_map(graph, w),
+                    benchmark_config_map(graph, w, trace),
                 ),
                 "spec": {
                     "restartPolicy": "Never",
@@ -259,6 +269,7 @@ def benchmark_job(
                                 {"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, "readOnly": True},
                                 {"name": "tmp", "mountPath": "/tmp"},
                                 {"name": "results", "mountPath": BENCHMARK_RESULTS},
+                                *([benchmark_trace.mount()] if trace else []),
                             ],
                         }
                     ],
@@ -267,6 +278,7 @@ def benchmark_job(
                         {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": NAMES["pvc"], "readOnly": True}},
                         tmp,
                         results,
+                        *([benchmark_trace.volume(trace)] if trace else []),
                     ],
                 },
             },

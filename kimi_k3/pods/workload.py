@@ -77,6 +77,14 @@ def trace_args(input_file: str, speedup: float = 1.0) -> list[str]:
             + ([] if speedup == 1 else ["--synthesis-speedup-ratio", f"{speedup:g}"]))
 
 
+def trace_profile_args(input_file: str, speedup: float, *, model: str, url: str, tokenizer: str,
+                       artifact_dir: str, extra: Sequence[str] = ()) -> list[str]:
+    """`aiperf profile ...` (without the program) replaying `input_file` against `url`: the rehearsal's `--trace`
+    and the benchmark Job's `trace` both build their argv here."""
+    return ["profile", "--model", model, "--url", url, "--tokenizer", tokenizer, "--artifact-dir", artifact_dir,
+            *extra, *trace_args(input_file, speedup)]
+
+
 def profile_args(kind: str, w: Workload, *, model: str, url: str, tokenizer: str, artifact_dir: str,
                  extra: Sequence[str] = ()) -> list[str]:
     """`aiperf profile ...` (without the program) for run `kind` against `url`; `extra`: place-only flags."""
@@ -115,6 +123,70 @@ def load_summary(export: Optional[Mapping[str, Any]]) -> dict[str, Any]:
         "itl_ms": percentiles(s.get("inter_token_latency")),
         "output_tokens_per_second": None if throughput is None else round(float(throughput), 2),
     }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The Job's trace: the user's ConfigMap, selected as `kimi-k3 rehearse --trace` selects (kimi_k3/sizing/trace_cache.py
+# select: the window by timestamp seconds, then the first N; whole lines, unchanged), checked before AIPerf starts.
+
+class TraceRefused(ValueError):
+    """The mounted trace cannot be replayed (missing, too large, empty, too long); the message names the source."""
+
+
+def select_trace(text: str, source: str, *, first: Optional[int] = None,
+                 window: Optional[Sequence[float]] = None, max_requests: int,
+                 max_seconds: float, speedup: float) -> tuple[list[str], float]:
+    """(the selected lines, their replay seconds) of a mooncake_trace text; TraceRefused names `source`."""
+    kept: list[str] = []
+    stamps: list[float] = []
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            ts = json.loads(line)["timestamp"]
+            ts = float(ts)
+        except (ValueError, KeyError, TypeError):
+            raise TraceRefused(f"{source} line {n}: not a mooncake_trace request (a JSON object with timestamp, "
+                               "input_length, output_length, hash_ids)") from None
+        if window is not None and not window[0] <= ts / 1000 <= window[1]:
+            continue
+        if first is not None and len(kept) >= first:
+            break
+        if len(kept) >= max_requests:
+            raise TraceRefused(f"{source}: more than {max_requests:,} requests selected; the limit is "
+                               f"{max_requests:,}: set trace.first or trace.window")
+        kept.append(line + "\n")
+        stamps.append(ts)
+    if not kept:
+        raise TraceRefused(f"{source}: no requests" + (f" in window {window[0]:g}:{window[1]:g} s" if window else ""))
+    seconds = (max(stamps) - min(stamps)) / 1000 / speedup
+    if seconds > max_seconds:
+        raise TraceRefused(f"{source}: the {len(kept):,} selected requests span {seconds:,.0f} s at speedup "
+                           f"{speedup:g}; trace.maxSeconds is {max_seconds:,.0f} s: select a shorter window, "
+                           "fewer requests or a higher speedup")
+    return kept, seconds
+
+
+def prepare_trace(spec: Mapping[str, Any]) -> float:
+    """Read the mounted trace (spec: the plan's `trace`), write the selection where AIPerf reads it; its seconds."""
+    source, path = spec["source"], Path(spec["mounted"])
+    if not path.is_file():
+        raise TraceRefused(f"{source}: not found (create it in the graph's namespace: `kimi-k3 trace-configmap "
+                           "FILE` writes it, docs/traces.md)")
+    size = path.stat().st_size
+    if size > spec["max_bytes"]:
+        raise TraceRefused(f"{source}: {size:,} bytes; the limit is {spec['max_bytes']:,} bytes")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceRefused(f"{source}: cannot be read as UTF-8 text ({err})") from None
+    lines, seconds = select_trace(text, source, first=spec.get("first"), window=spec.get("window"),
+                                  max_requests=spec["max_requests"], max_seconds=spec["max_seconds"],
+                                  speedup=spec["speedup"])
+    out = Path(spec["selected"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(lines), encoding="utf-8")
+    return seconds
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -172,7 +244,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (OSError, ValueError) as err:
         print(f"benchmark: --plan {args.plan}: {err}", flush=True)
         return 2
-    results, failures = run_plan(plan, log=lambda line: print(line, flush=True))
+    if plan.get("trace"):
+        try:
+            seconds = prepare_trace(plan["trace"])
+        except TraceRefused as err:
+            results, failures = {}, {"trace": str(err)}
+        else:
+            print(f"benchmark trace: {plan['trace']['source']}: replaying {seconds:.0f} s", flush=True)
+            results, failures = run_plan(plan, log=lambda line: print(line, flush=True))
+    else:
+        results, failures = run_plan(plan, log=lambda line: print(line, flush=True))
     summary = _one_line(results, failures)
     print(summary, flush=True)
     if args.termination_log:

@@ -47,16 +47,14 @@ def trace_argv(
         str(python),
         "-m",
         "aiperf",
-        "profile",
-        "--model",
-        plan.served_model_name,
-        "--url",
-        plan.url,
-        "--tokenizer",
-        tokenizer,
-        "--artifact-dir",
-        str(out),
-        *workload.trace_args(str(trace_file), speedup),
+        *workload.trace_profile_args(
+            str(trace_file),
+            speedup,
+            model=plan.served_model_name,
+            url=plan.url,
+            tokenizer=tokenizer,
+            artifact_dir=str(out),
+        ),
     ]
 
 
@@ -94,7 +92,7 @@ class Trace:
     def replay_seconds(self) -> float:
         return trace_cache.span_seconds(self.requests) / self.speedup
 
-    def report(self, achieved: Optional[float]) -> dict[str, Any]:
+    def report(self, achieved: Optional[float], measured: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         """report.json's `trace`: what was replayed, the best hit rate any cache could reach on it at the stack's
         block size, and the rate the frontend measured beside it."""
         return {
@@ -105,6 +103,7 @@ class Trace:
             "replay_seconds": round(self.replay_seconds, 3),
             **trace_cache.summary(self.requests, self.block_size),
             "achieved_hit_rate": achieved,
+            **(measured or {}),
         }
 
 
@@ -173,6 +172,7 @@ def run_aiperf(
     say: Callable[[str], None],
     env: dict[str, str],
     hub_env: Optional[dict[str, str]] = None,
+    on_tick: Optional[Callable[[], None]] = None,
 ) -> dict[str, Any]:
     started = time.monotonic()
     # AIPerf's offline mode cannot load a tokenizer from a local directory (it resolves a Hub snapshot): leave it
@@ -187,6 +187,8 @@ def run_aiperf(
         if elapsed - last >= 10:
             say(f"  {name}: {elapsed:.0f}s")
             last = elapsed
+        if on_tick is not None:
+            on_tick()  # the trace replay's metric samples (kimi_k3/rehearsal/trace_report.py)
         time.sleep(0.5)
     procs.procs.pop(name, None)
     summary = out / "profile_export_aiperf.json"

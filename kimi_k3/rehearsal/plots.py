@@ -79,4 +79,12 @@ def draw(report: dict[str, Any], out: Path) -> list[str]:
         write_with(out / "agentic_ttft.png", lambda tmp: fig.savefig(tmp, dpi=110))  # never a half-written PNG
         plt.close(fig)
         files.append("agentic_ttft.png")
-    return files
+
+    def save(fig, name: str, figures: dict) -> None:  # the figures shown, as JSON in the PNG's Description chunk
+        meta = {"Description": json.dumps(figures, sort_keys=True)}
+        write_with(out / name, lambda tmp: fig.savefig(tmp, dpi=110, format="png", metadata=meta))
+        plt.close(fig)
+
+    from kimi_k3.rehearsal import trace_report
+
+    return files + trace_report.draw(report, out, plt, save)

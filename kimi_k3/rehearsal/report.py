@@ -144,6 +144,10 @@ def render_markdown(report: Mapping[str, Any], plots: Iterable[str] = ()) -> str
     if report.get("prefill_decode_requests"):
         pd = report["prefill_decode_requests"]
         lines += ["", f"Prefill/decode balance: {pd['prefill']} prefill requests, {pd['decode']} decode requests."]
+    if t:
+        from kimi_k3.rehearsal import trace_report
+
+        lines += trace_report.markdown(t)
     for p in plots:
         lines += ["", f"![{p}]({p})"]
     return "\n".join(lines) + "\n"

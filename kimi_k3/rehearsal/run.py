@@ -20,7 +20,7 @@ from kimi_k3.config.stack_files import StackError, stack_name_problem
 from kimi_k3.errors import UserError, check_writable_dir
 from kimi_k3.graph import role_plans as graph_role_plans
 from kimi_k3.pods import smoke, workload
-from kimi_k3.rehearsal import metrics
+from kimi_k3.rehearsal import metrics, trace_report
 from kimi_k3.rehearsal import plan as rehearsal
 from kimi_k3.rehearsal import report as rehearsal_report
 from kimi_k3.rehearsal.load import (
@@ -87,6 +87,14 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         return 2
     if trace is not None:
         runs_wanted = ["trace"]
+    if getattr(args, "kv_budget_gib", None) is not None:  # checked before anything is created or removed
+        room = min(p.to_json()["kv_pool_gib_per_gpu"] for p in graph_role_plans.role_kv_plans(graph).values())
+        if args.kv_budget_gib > room:
+            say(
+                f"kimi-k3 rehearse {args.stack}: --kv-budget-gib {args.kv_budget_gib:g}: more than the {room:.2f} GiB "
+                f"per GPU the stack's roles have left after weights; allowed: a number > 0 and <= {room:.2f}"
+            )
+            return 2
     # Input checked. One rehearsal per output directory at a time (a second one is refused before it starts).
     try:
         lock = lock_out(out)
@@ -123,7 +131,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         except perf.PerfError as err:
             say(f"rehearse {args.stack}: the mocker's own timing (no performance model for this layout: {err})")
     # The same KV plan `kimi-k3 plan STACK` prints for each role.
-    role_plans = graph_role_plans.role_kv_plans(graph)
+    role_plans = graph_role_plans.role_kv_plans(graph, getattr(args, "kv_budget_gib", None))
     try:  # frontend HTTP, the broker's XSUB and XPUB, one system (metrics) port per worker: all distinct
         http_port, xsub_port, xpub_port, *metrics_ports = free_ports(3 + sum(r.replicas for r in graph.roles))
     except RehearsalFailed as err:
@@ -183,6 +191,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     runs: dict[str, Any] = {}
     kv_hit, worker_load, failure = None, {}, None
     before: Optional[list] = None
+    sampler: Optional[trace_report.Sampler] = None
     code = 0
 
     def measure() -> None:
@@ -237,6 +246,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                         python, plan, out / TRACE_COPY, args.trace_speedup, FIXTURE_REPO, out / "aiperf" / kind
                     )
                     deadline = trace.replay_seconds + workload.RUN_GRACE_SECONDS
+                    sampler = trace_report.Sampler(plan, _metrics)
                 else:
                     say(
                         f"[{time.monotonic() - started:5.1f}s] AIPerf {kind}: {w.requests} requests, "
@@ -253,7 +263,10 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                     say,
                     env,
                     hub_env if kind == "trace" else None,
+                    sampler.tick if kind == "trace" and sampler else None,
                 )
+                if kind == "trace" and sampler:
+                    sampler.tick(force=True)
         measure()
         dead = procs.dead()
         if dead:
@@ -300,7 +313,11 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                 "system_prompt_tokens": w.system_prompt_tokens,
                 "turns": w.turns,
             },
-            **({} if trace is None else {"trace": trace.report(kv_hit)}),
+            **(
+                {}
+                if trace is None
+                else {"trace": trace.report(kv_hit, _trace_measured(plan, graph, trace, sampler, kv_hit, say))}
+            ),
         },
     )
     write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
@@ -322,7 +339,14 @@ HIT_METRICS = ("dynamo_frontend_input_sequence_tokens_sum", "dynamo_frontend_cac
 LOCK_FD_ENV = "KIMI_K3_REHEARSE_LOCK_FD"  # the run's lock, held across the exec into the network namespace
 
 
-PLOTS = ("latency.png", "workers.png", "agentic_ttft.png")
+PLOTS = (
+    "latency.png",
+    "workers.png",
+    "agentic_ttft.png",
+    "trace_hit_rate.png",
+    "trace_role_load.png",
+    "trace_ratio.png",
+)
 
 
 # A previous run's results: removed before this run starts, so a failed or interrupted run never shows them.
@@ -333,6 +357,15 @@ PREVIOUS = ("report.json", "report.md", "processes.json", "perf_profile.npz", TR
 
 
 PREVIOUS_DIRS = ("aiperf", "logs", "discovery")
+
+
+def _trace_measured(plan, graph, trace, sampler, kv_hit, say) -> dict[str, Any]:
+    """The replay's measured sections; a failure here is named in the report, never hides the rest."""
+    try:
+        return trace_report.measured(plan, graph, trace.requests, sampler.samples if sampler else [], kv_hit)
+    except Exception as err:  # noqa: BLE001 (the report is written whatever happens)
+        say(f"trace report incomplete: {type(err).__name__}: {err}")
+        return {"measured_error": f"{type(err).__name__}: {err}"}
 
 
 def lock_out(out: Path) -> int:
@@ -410,6 +443,7 @@ def command_line(args: argparse.Namespace) -> list[str]:
         "trace_first",
         "trace_window",
         "trace_speedup",
+        "kv_budget_gib",
     ):
         value = getattr(args, name, None)
         if value is not None:
