@@ -85,7 +85,7 @@ test-slow: venv  ## lanes beyond the make test budget: day-two changes, the Make
 	$(BIN)/pytest -m slow
 
 # The aiconfigurator lane: installs the `perf` extra (large: pandas, pyarrow, scipy) into .venv and checks that the
-# committed table recipes/perf-raw.yaml still equals what aiconfigurator computes (.ci/run runs it after `make test`).
+# committed table recipes/facts/perf-raw.yaml still equals what aiconfigurator computes (.ci/run runs it after `make test`).
 $(VENV)/.perf-installed: $(BIN)/kimi-k3
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,perf]'
 	touch $@

@@ -298,7 +298,7 @@ def test_dcp_speculation_and_interleave_refused_whatever_the_image(monkeypatch):
 
     def allow_all(name):  # an image that does run DSpark under DCP (none is listed yet)
         data = real(name)
-        if name == "dcp.yaml":
+        if name == "facts/dcp.yaml":
             data["speculative_with_dcp_by_image"] = {k: True for k in data["speculative_with_dcp_by_image"]}
         return data
 
