@@ -123,7 +123,7 @@ diff: venv  ## what the working tree changes in every stack vs main (resources, 
 bench: venv rehearse-venv  ## benchmarks with their budgets (bench/)
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
-pulumi-cli:
+pulumi-cli:  ## check the Pulumi CLI is on PATH; if not, print how to install it
 	@command -v pulumi >/dev/null || { echo "The Pulumi CLI is not installed. Install it (https://www.pulumi.com/docs/iac/download-install/):"; \
 	  echo "  curl -fsSL https://get.pulumi.com | sh      # or: brew install pulumi/tap/pulumi"; \
 	  echo "Offline, without the CLI: make render STACK=$(STACK)"; exit 1; }
