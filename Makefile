@@ -170,7 +170,7 @@ unpark: token  ## rebuild STACK onto the kept weights
 	pulumi config rm --path 'kimi-k3:cluster.parked' $(PULUMI_ARGS)
 	pulumi up $(PULUMI_ARGS) --policy-pack policies
 
-# The engine lane (README, "Engine lane"): Pulumi CLI + Python host, Kubernetes provider, etcd and kube-apiserver
+# The engine lane (docs/engine-lane.md): Pulumi CLI + Python host, Kubernetes provider, etcd and kube-apiserver
 # built from Go modules (tools/engine/versions.env; cached in build/engine/), then the real preview/up/destroy
 # against a local API server in a network namespace with only loopback. A `pulumi` on PATH is used instead of ours.
 ENGINE_TOOLS = $(if $(shell command -v pulumi),provider kube etcd monitoring-crds,)

@@ -335,7 +335,7 @@ def test_dcp_on_prefill_and_with_speculation_refused():
 def test_memory_comparison_with_aiconfigurator(gpu, tp):
     cmp = perf.memory_comparison(gpu, tp)
     assert cmp is not None
-    # The difference the README explains: aiconfigurator leaves out the MXFP4 scales and the vision tower.
+    # The difference docs/plan.md explains: aiconfigurator leaves out the MXFP4 scales and the vision tower.
     # With those two terms the weights agree within 0.1%.
     assert cmp["difference_gib"] > 5
     assert abs(cmp["residual_gib"]) < 0.001 * cmp["aiconfigurator_weights_gib"]

@@ -150,3 +150,39 @@ def test_a_broken_link_is_caught(tmp_path, monkeypatch):
     page = tmp_path / "docs" / "b.md"
     page.write_text("[ok](a.md#some-heading) [x](a.md#nope) [y](gone.md) [z](faults.md) [w](https://x)\n")
     assert broken_links(page) == ["a.md#nope: no such heading in docs/a.md", "gone.md: no such file"]
+
+
+def cited_pages(root: Path = ROOT) -> dict[str, set[str]]:
+    """docs/<page>.md (with its #anchor, if any) -> the tracked files outside docs/ that cite it (code, comments,
+    error messages, workflows, recipes)."""
+    files = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout
+    out: dict[str, set[str]] = {}
+    for rel in files.splitlines():
+        path = root / rel
+        if (
+            rel.startswith("docs/")
+            or rel == "tests/repo/test_docs.py"
+            or not path.is_file()
+            or path.suffix in {".png", ".npz", ".gz"}
+        ):
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for cited in re.findall(r"(?<![\w/.-])docs/[\w-]+\.md(?:#[\w-]+)?", text):
+            out.setdefault(cited, set()).add(rel)
+    return out
+
+
+def test_every_page_the_code_cites_exists():
+    wrong = []
+    for cited, where in sorted(cited_pages().items()):
+        page, _, frag = cited.partition("#")
+        if page in PENDING:
+            continue
+        if not (ROOT / page).exists():
+            wrong.append(f"{cited} (cited in {', '.join(sorted(where))}): no such page")
+        elif frag and frag not in anchors(ROOT / page):
+            wrong.append(f"{cited} (cited in {', '.join(sorted(where))}): no such heading")
+    assert wrong == []
