@@ -128,6 +128,7 @@ def test_the_rewrite_is_idempotent_and_leaves_others_recipes_alone():
         'recipe_file("model.yaml") see recipes/model.yaml. ../recipes/gb300.yaml RECIPES / "perf-raw.yaml"\n'
         'recipes/{name}.yaml recipe_file(f"{name}.yaml") ai-dynamo/dynamo/recipes/kimi-k3 recipes/gb300.yamlx\n'
         'if name == "dcp.yaml"\n'
+        'match=r"recipes/gb300\\.yaml: "\n'
     )
     once = move_recipes.rewrite_text(text, table_)
     assert once == (
@@ -136,5 +137,6 @@ def test_the_rewrite_is_idempotent_and_leaves_others_recipes_alone():
         'recipes/profiles/{name}.yaml recipe_file(f"profiles/{name}.yaml") ai-dynamo/dynamo/recipes/kimi-k3 '
         "recipes/gb300.yamlx\n"
         'if name == "facts/dcp.yaml"\n'
+        'match=r"recipes/profiles/gb300\\.yaml: "\n'
     )
     assert move_recipes.rewrite_text(once, table_) == once

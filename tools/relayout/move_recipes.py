@@ -12,6 +12,7 @@ error messages, the recipes themselves):
   recipes/NAME, ../recipes/NAME      -> recipes/KIND/NAME
   recipe_file("NAME")                -> recipe_file("KIND/NAME")     (kimi_k3/data.py, the one reader)
   name == "NAME"                     -> name == "KIND/NAME"          (a test's stand-in for recipe_file)
+  recipes/NAME as a regex (dots escaped) -> recipes/KIND/NAME, escaped alike
   RECIPES / "NAME", "recipes" / "NAME" -> ... / "KIND" / "NAME"
   recipes/{expr}.yaml, recipes/<stack>.yaml, recipe_file(f"{name}.yaml") -> the profiles folder (a stack's recipe)
 """
@@ -50,9 +51,12 @@ def moves(path: Path = MOVES) -> dict[str, str]:
 
 def rules(table: dict[str, str]) -> list[tuple[re.Pattern[str], str]]:
     names = "|".join(re.escape(n) for n in sorted(table, key=len, reverse=True))
+    escaped = "|".join(re.escape(n.replace(".", "\\.")) for n in sorted(table, key=len, reverse=True))
     return [
         # recipes/NAME, not someone else's (ai-dynamo/dynamo/recipes/...): nothing path-like before it but `../`.
         (re.compile(rf"(?<![\w/.-])((?:\.\./)*)recipes/({names})(?![\w-]|\.\w)"), "path"),  # a full stop may follow
+        # the same path written as a regex in a test (`recipes/gb300\.yaml`)
+        (re.compile(rf"(?<![\w/.-])recipes/({escaped})(?![\w-])"), "regex"),
         (re.compile(rf"""(recipe_file\(\s*)(["'])({names})\2"""), "reader"),
         (re.compile(rf"""((?:RECIPES|["']recipes["'])\s*/\s*)(["'])({names})\2"""), "join"),
         # a patched reader's test: `if name == "NAME"` (tests that stand in for recipe_file)
@@ -66,6 +70,8 @@ def rewrite_text(text: str, table: dict[str, str]) -> str:
     for pattern, kind in rules(table):
         if kind == "path":
             text = pattern.sub(lambda m: f"{m[1]}recipes/{table[m[2]]}/{m[2]}", text)
+        elif kind == "regex":
+            text = pattern.sub(lambda m: f"recipes/{table[m[1].replace(chr(92), '')]}/{m[1]}", text)
         elif kind == "reader":
             text = pattern.sub(lambda m: f"{m[1]}{m[2]}{table[m[3]]}/{m[3]}{m[2]}", text)
         elif kind == "join":
