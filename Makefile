@@ -85,7 +85,7 @@ test-slow: venv  ## lanes beyond the make test budget: day-two changes, the Make
 	$(BIN)/pytest -m slow -n auto --dist loadfile   # the same two workers as make test
 
 # The aiconfigurator lane: installs the `perf` extra (large: pandas, pyarrow, scipy) into .venv and checks that the
-# committed table recipes/perf-raw.yaml still equals what aiconfigurator computes (.ci/run runs it after `make test`).
+# committed table recipes/facts/perf-raw.yaml still equals what aiconfigurator computes (.ci/run runs it after `make test`).
 $(VENV)/.perf-installed: $(BIN)/kimi-k3
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,perf]'
 	touch $@
@@ -126,7 +126,7 @@ diff: venv  ## what the working tree changes in every stack vs main (resources, 
 bench: venv rehearse-venv  ## benchmarks with their budgets (bench/)
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
-pulumi-cli:
+pulumi-cli:  ## check the Pulumi CLI is on PATH; if not, print how to install it
 	@command -v pulumi >/dev/null || { echo "The Pulumi CLI is not installed. Install it (https://www.pulumi.com/docs/iac/download-install/):"; \
 	  echo "  curl -fsSL https://get.pulumi.com | sh      # or: brew install pulumi/tap/pulumi"; \
 	  echo "Offline, without the CLI: make render STACK=$(STACK)"; exit 1; }
@@ -173,7 +173,7 @@ unpark: token  ## rebuild STACK onto the kept weights
 	pulumi config rm --path 'kimi-k3:cluster.parked' $(PULUMI_ARGS)
 	pulumi up $(PULUMI_ARGS) --policy-pack policies
 
-# The engine lane (README, "Engine lane"): Pulumi CLI + Python host, Kubernetes provider, etcd and kube-apiserver
+# The engine lane (docs/engine-lane.md): Pulumi CLI + Python host, Kubernetes provider, etcd and kube-apiserver
 # built from Go modules (tools/engine/versions.env; cached in build/engine/), then the real preview/up/destroy
 # against a local API server in a network namespace with only loopback. A `pulumi` on PATH is used instead of ours.
 ENGINE_TOOLS = $(if $(shell command -v pulumi),provider kube etcd monitoring-crds,)

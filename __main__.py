@@ -37,7 +37,7 @@ try:  # validate everything before the first resource is registered: bad input i
         endpoint = aws_cluster.endpoint_access(cfg.cluster)
         aws_storage.check_storage(cfg, cache_gi)
     addons = addon_specs(cfg, gpu_plan.instance.name if eks_mode else None, kv_over_efa=graph.kv_transport == "efa")
-    # Operator, Grove, KAI, DRA driver and CRD versions move together (recipes/platform-set.yaml).
+    # Operator, Grove, KAI, DRA driver and CRD versions move together (recipes/platform/platform-set.yaml).
     platform_set.check(
         addons,
         cfg.cluster.kubernetes_version if eks_mode else None,

@@ -26,8 +26,8 @@ class MonitoringArgs:
         """
         :param graph: the serving graph whose roles are monitored.
         :param stack: `install` (kube-prometheus-stack here) or `existing` (a Prometheus Operator already runs).
-        :param settings: recipes/monitoring.yaml (chart pin, release label, upstream dashboards).
-        :param alerts: alert thresholds (recipes/monitoring.yaml alerts + kimi-k3:monitoring.alerts).
+        :param settings: recipes/platform/monitoring.yaml (chart pin, release label, upstream dashboards).
+        :param alerts: alert thresholds (recipes/platform/monitoring.yaml alerts + kimi-k3:monitoring.alerts).
         :param gpu_operator_ns: namespace of the DCGM exporter. :param dra_ns: namespace of the DRA driver.
         :param wait_for: the namespace (our monitors live beside the graph).
         """

@@ -1,4 +1,4 @@
-"""The facts in recipes/*.yaml, read once per process (every module reads them through here)."""
+"""recipes/<kind>/<name>.yaml, read once per process (every module reads them through here; recipes/README.md)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,16 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 @lru_cache(maxsize=None)
 def _parsed(name: str) -> Any:
     path = RECIPES / name
-    text = read_text(path, "recipe file", f"recipes: {', '.join(sorted(p.name for p in RECIPES.glob('*.yaml')))}")
+    text = read_text(path, "recipe file", f"recipes: {', '.join(known())}")
     return yaml_strict.load(text, f"recipes/{name}")  # read as stack files are: one YAML for the facts and the config
 
 
+def known() -> list[str]:
+    """Every recipe file, as recipe_file() takes it: its path under recipes/ (`facts/model.yaml`)."""
+    return sorted(p.relative_to(RECIPES).as_posix() for p in RECIPES.glob("*/*.yaml"))
+
+
 def recipe_file(name: str) -> Any:
-    """recipes/<name> parsed; a private copy, so callers may change it."""
+    """recipes/<name> parsed (`name` is the path under recipes/, e.g. "facts/model.yaml"); a private copy, so callers
+    may change it."""
     return copy.deepcopy(_parsed(name))

@@ -190,7 +190,7 @@ def check_aliases(root, label: str) -> None:
 
 
 def _loader_class():
-    parser = getattr(yaml, "CParser", None)  # libyaml: recipes/perf-raw.yaml is ~100 KB
+    parser = getattr(yaml, "CParser", None)  # libyaml: recipes/facts/perf-raw.yaml is ~100 KB
     bases = (
         (parser,)
         if parser is not None

@@ -173,7 +173,7 @@ class GpuCluster(pulumi.ComponentResource):
             enabled_cluster_log_types=["api", "audit", "authenticator"],
             tags=tags,
             # The provider REPLACES a cluster whose bootstrapSelfManagedAddons changes (ForceNew,
-            # recipes/aws-force-new.yaml): a cluster created before it was false keeps its own value, and the add-ons
+            # recipes/facts/aws-force-new.yaml): a cluster created before it was false keeps its own value, and the add-ons
             # below adopt its self-managed vpc-cni / kube-proxy / CoreDNS (resolve_conflicts_on_create OVERWRITE).
             opts=pulumi.ResourceOptions.merge(
                 child(*attachments), pulumi.ResourceOptions(ignore_changes=["bootstrapSelfManagedAddons"])

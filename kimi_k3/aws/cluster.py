@@ -13,8 +13,8 @@ from kimi_k3.data import recipe_file
 
 
 def addon_version(kubernetes_version: str, addon: str) -> str | None:
-    """The pinned version of an EKS add-on for this Kubernetes minor (recipes/aws.yaml), or None: EKS's default."""
-    return recipe_file("aws.yaml")["eks_addon_versions"][kubernetes_version].get(addon)
+    """The pinned version of an EKS add-on for this Kubernetes minor (recipes/facts/aws.yaml), or None: EKS's default."""
+    return recipe_file("facts/aws.yaml")["eks_addon_versions"][kubernetes_version].get(addon)
 
 
 def addon_version_problems(resources: list[dict[str, Any]]) -> list[str]:
@@ -31,7 +31,7 @@ def addon_version_problems(resources: list[dict[str, Any]]) -> list[str]:
             continue
         v = i.get("addonVersion")
         if not v:
-            out.append(f"{r['name']}: {i['addonName']} is not pinned (recipes/aws.yaml eks_addon_versions)")
+            out.append(f"{r['name']}: {i['addonName']} is not pinned (recipes/facts/aws.yaml eks_addon_versions)")
         elif i["addonName"] == "kube-proxy" and not str(v).startswith(f"v{minor}."):
             out.append(f"{r['name']}: kube-proxy {v} is not built for Kubernetes {minor}")
     return out

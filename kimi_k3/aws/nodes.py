@@ -69,7 +69,7 @@ def gpu_node_plan(cfg: StackConfig, platform: str, nodes: int, efa: bool = False
     inst = facts.instance_types.get(itype)
     if inst is None:
         raise ConfigError(
-            f"{GPU_KEY}.instanceType = {itype!r}: no facts for this instance type in recipes/aws.yaml; "
+            f"{GPU_KEY}.instanceType = {itype!r}: no facts for this instance type in recipes/facts/aws.yaml; "
             f"allowed: {', '.join(sorted(facts.instance_types))}"
         )
     ami_arch = facts.ami_types[g.ami_type]

@@ -79,10 +79,10 @@ def choice_list(allowed: Iterable[str]) -> Callable[[str], tuple[str, ...]]:
 
 
 def model_context() -> int:
-    """The longest sequence Kimi K3 takes (recipes/model.yaml, text.max_position_embeddings)."""
+    """The longest sequence Kimi K3 takes (recipes/facts/model.yaml, text.max_position_embeddings)."""
     from kimi_k3.data import recipe_file
 
-    return int(recipe_file("model.yaml")["text"]["max_position_embeddings"])
+    return int(recipe_file("facts/model.yaml")["text"]["max_position_embeddings"])
 
 
 def context_tokens(text: str) -> int:

@@ -28,7 +28,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "plan", description=__doc__, epilog=TERMS, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("stack", nargs="?", help="stack name (reads its serving graph); omit with --gpu/--tp")
-    p.add_argument("--gpu", help="ad hoc role: platform key from recipes/platforms.yaml")
+    p.add_argument("--gpu", help="ad hoc role: platform key from recipes/facts/platforms.yaml")
     p.add_argument("--tp", type=whole(1), help="ad hoc role: tensor-parallel size")
     p.add_argument("--dcp", type=whole(1), default=1, help="decode context parallel size (splits MLA KV tokens)")
     p.add_argument(
@@ -128,7 +128,7 @@ def _adhoc(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
     platforms = facts_platforms.load_platforms()
     if args.gpu not in platforms:
         raise UserError(
-            f"--gpu {args.gpu!r}: unknown platform; allowed: {', '.join(sorted(platforms))} (recipes/platforms.yaml)"
+            f"--gpu {args.gpu!r}: unknown platform; allowed: {', '.join(sorted(platforms))} (recipes/facts/platforms.yaml)"
         )
     platform = platforms[args.gpu]
     facts = model.load_model_facts()

@@ -67,9 +67,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=acceptance,
         metavar="TOKENS",
         help="mean tokens a speculative "
-        "step yields (default: the published figure, recipes/perf-measurements.yaml `speculation`)",
+        "step yields (default: the published figure, recipes/facts/perf-measurements.yaml `speculation`)",
     )
-    g.add_argument("--api-model", help="the API price to compare with (recipes/api-prices.yaml; default its `default`)")
+    g.add_argument(
+        "--api-model", help="the API price to compare with (recipes/facts/api-prices.yaml; default its `default`)"
+    )
     g.add_argument(
         "--api-price",
         metavar="KEY=USD,...",
@@ -125,11 +127,11 @@ def acceptance(text: str) -> float:
 
 
 def api_price(args: argparse.Namespace) -> perf.ApiPrice:
-    """The API price the comparison uses: recipes/api-prices.yaml's model, with --api-price overrides."""
+    """The API price the comparison uses: recipes/facts/api-prices.yaml's model, with --api-price overrides."""
     default, prices = perf.api_prices()
     name = args.api_model or default
     if name not in prices:
-        raise ValueError(f"--api-model {name!r}: unknown; allowed: {', '.join(prices)} (recipes/api-prices.yaml)")
+        raise ValueError(f"--api-model {name!r}: unknown; allowed: {', '.join(prices)} (recipes/facts/api-prices.yaml)")
     price = prices[name]
     if not args.api_price:
         return price
@@ -239,7 +241,7 @@ def tool_status() -> str:
     ok, why = aic.available()
     if ok:
         return f"aiconfigurator {aic.VERSION} installed"
-    return f"{why}; numbers come from the committed table recipes/perf-raw.yaml"
+    return f"{why}; numbers come from the committed table recipes/facts/perf-raw.yaml"
 
 
 def performance(

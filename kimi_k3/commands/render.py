@@ -47,7 +47,7 @@ FSx DNS/mount names and provider-generated names, see COMPUTED_PLACEHOLDERS/AUTO
 and secret values (shown as [secret]; render never decrypts them).
 
 Then prints the critical path to the serving graph being Ready, computed from resources.json (dependsOn and
-provider edges) with duration estimates from recipes/durations.yaml (sources in its comments) overridden by
+provider edges) with duration estimates from recipes/facts/durations.yaml (sources in its comments) overridden by
 kimi-k3:estimates; the download and the workers' weight load come from the planner. --no-critical-path skips it."""
 
 

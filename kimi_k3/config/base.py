@@ -204,7 +204,7 @@ def format_validation_error(err: ValidationError, model: Any = None) -> str:
             hint = did_you_mean(str(e["loc"][-1]), known) + (
                 f"; allowed keys: {', '.join(known)}"
                 if known
-                else " (check the spelling against the README's configuration reference)"
+                else " (check the spelling against the configuration reference, docs/configure.md)"
             )
             lines.append(f"{key}: unknown key{hint}")
         elif e["type"] == "missing":

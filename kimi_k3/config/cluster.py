@@ -35,7 +35,7 @@ class SystemNodesConfig(Strict):
     @field_validator("ami_type")
     @classmethod
     def _known_ami(cls, v: str) -> str:
-        known = sorted(recipe_file("aws.yaml")["ami_types"])  # the GPU group's is checked in aws.gpu_node_plan
+        known = sorted(recipe_file("facts/aws.yaml")["ami_types"])  # the GPU group's is checked in aws.gpu_node_plan
         if v not in known:
             raise ValueError(f"unknown AMI type{did_you_mean(v, known)}; allowed: {', '.join(known)}")
         return v
@@ -164,13 +164,13 @@ class ClusterConfig(Strict):
     @field_validator("kubernetes_version")
     @classmethod
     def _dra_ga(cls, v: str) -> str:
-        least = recipe_file("aws.yaml")["min_kubernetes_version"]
+        least = recipe_file("facts/aws.yaml")["min_kubernetes_version"]
         if int(v.split(".")[1]) < int(least.split(".")[1]):
             raise ValueError(f"Kubernetes {v} has no resource.k8s.io/v1 (DRA GA); allowed: {least} or later")
-        pinned = recipe_file("aws.yaml")["eks_addon_versions"]
+        pinned = recipe_file("facts/aws.yaml")["eks_addon_versions"]
         if v not in pinned:
             raise ValueError(
-                f"no pinned EKS add-on versions for Kubernetes {v} (recipes/aws.yaml "
+                f"no pinned EKS add-on versions for Kubernetes {v} (recipes/facts/aws.yaml "
                 f"eks_addon_versions); allowed: {', '.join(sorted(pinned))}, or add a row with its sources"
             )
         return v

@@ -62,7 +62,7 @@ class RoleOverride(Strict):
     tp: Optional[int] = Field(None, ge=1, description="tensor-parallel size; must fill whole nodes")
     nodes_per_replica: Optional[int] = Field(None, alias="nodesPerReplica", ge=1)
     dcp: Optional[int] = Field(
-        None, ge=1, description="vLLM decode context parallel size (divides tp; recipes/dcp.yaml)"
+        None, ge=1, description="vLLM decode context parallel size (divides tp; recipes/facts/dcp.yaml)"
     )
     gpu_memory_utilization: Optional[float] = Field(None, alias="gpuMemoryUtilization", gt=0, le=1)
     shared_memory_size: Optional[Quantity] = Field(None, alias="sharedMemorySize")
@@ -75,7 +75,7 @@ class RoleOverride(Strict):
 
 class FrontendOverride(Strict):
     replicas: Optional[int] = Field(None, ge=1)
-    # Dynamo's --migration-limit (a u32, 0 = off); default recipes/request-migration.yaml
+    # Dynamo's --migration-limit (a u32, 0 = off); default recipes/defaults/request-migration.yaml
     migration_limit: Optional[int] = Field(None, alias="migrationLimit", ge=0, le=2**32 - 1)
     extra_args: dict[str, FlagValue] = Field(default_factory=dict, alias="extraArgs")
     env: dict[str, Optional[str]] = Field(default_factory=dict)
@@ -210,7 +210,9 @@ class AutoscalingConfig(Strict):
         pattern=allowed_as(r"^https?://[^\s]+$", "an http(s) URL, e.g. http://prometheus.monitoring.svc:9090"),
         description="Prometheus that scrapes the frontend; default with kimi-k3:monitoring.stack install: its own",
     )
-    image: Optional[str] = Field(None, min_length=1, description="planner image; default: recipes/autoscaling.yaml")
+    image: Optional[str] = Field(
+        None, min_length=1, description="planner image; default: recipes/facts/autoscaling.yaml"
+    )
 
     @field_validator("image")
     @classmethod

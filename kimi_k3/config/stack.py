@@ -31,9 +31,11 @@ class AddonConfig(Strict):
     version: Optional[str] = Field(
         None,
         pattern=allowed_as(r"^v?\d+\.\d+\.\d+([-+][\w.]+)?$", "a chart version, e.g. 1.5.0 or v25.3.4"),
-        description="chart version; default: recipes/addons.yaml",
+        description="chart version; default: recipes/platform/addons.yaml",
     )
-    values: dict[str, Any] = Field(default_factory=dict, description="deep-merged over recipes/addons.yaml values")
+    values: dict[str, Any] = Field(
+        default_factory=dict, description="deep-merged over recipes/platform/addons.yaml values"
+    )
 
 
 class PlatformConfig(Strict):
@@ -46,7 +48,7 @@ class PlatformConfig(Strict):
 
 
 class EstimatesConfig(Strict):
-    """`kimi-k3:estimates`: overrides of recipes/durations.yaml for the critical-path report."""
+    """`kimi-k3:estimates`: overrides of recipes/facts/durations.yaml for the critical-path report."""
 
     download_gbps: Optional[float] = Field(
         None, alias="downloadGbps", gt=0, description="Hugging Face download per fetcher (or download Job), GB/s"
@@ -59,7 +61,7 @@ class EstimatesConfig(Strict):
     @field_validator("seconds")
     @classmethod
     def _known_steps(cls, v: dict[str, float]) -> dict[str, float]:
-        known = sorted(recipe_file("durations.yaml")["seconds"])  # an unknown step would be silently unused
+        known = sorted(recipe_file("facts/durations.yaml")["seconds"])  # an unknown step would be silently unused
         for step, value in v.items():
             if step not in known:
                 raise ValueError(f"unknown step {shown(step)}{did_you_mean(step, known)}; allowed: {', '.join(known)}")
@@ -143,7 +145,7 @@ SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "proc", "ru
 
 
 class AlertsConfig(Strict):
-    """`kimi-k3:monitoring.alerts`: thresholds of the alert rules (defaults in recipes/monitoring.yaml)."""
+    """`kimi-k3:monitoring.alerts`: thresholds of the alert rules (defaults in recipes/platform/monitoring.yaml)."""
 
     ttft_p95_seconds: Optional[float] = Field(None, alias="ttftP95Seconds", gt=0)
     itl_p95_seconds: Optional[float] = Field(None, alias="itlP95Seconds", gt=0)
@@ -272,7 +274,7 @@ def check_download_timeout(cfg: StackConfig) -> None:
     st, kind = cfg.storage, cfg.storage.resolved_kind
     if kind == "fsx-lustre" and st.fsx.s3_import_path:
         return  # pre-staged: the Job only verifies
-    d, facts = recipe_file("durations.yaml"), recipe_file("storage.yaml")
+    d, facts = recipe_file("facts/durations.yaml"), recipe_file("facts/storage.yaml")
     checkpoint = facts_model.checkpoint_bytes(facts_model.load_model_facts())
     start = 0.0
     if kind == "s3":
@@ -281,7 +283,7 @@ def check_download_timeout(cfg: StackConfig) -> None:
         what = f"{st.s3.fetchers} fetchers at {cfg.estimates.download_gbps or d['download_gbps']:g} GB/s each"
     else:
         rate = cfg.estimates.download_gbps or d["download_job_gbps"]
-        what = f"the download Job at {rate:g} GB/s (recipes/durations.yaml download_job_gbps)"
+        what = f"the download Job at {rate:g} GB/s (recipes/facts/durations.yaml download_job_gbps)"
         if kind == "fsx-lustre":
             fsx = st.fsx.storage_capacity_gib / 1024 * st.fsx.per_unit_storage_throughput / 1000
             if fsx < rate:
@@ -293,7 +295,7 @@ def check_download_timeout(cfg: StackConfig) -> None:
                     ),
                 )
         elif kind == "efs" and facts["efs"]["per_client_gbps"] < rate:
-            rate, what = facts["efs"]["per_client_gbps"], "EFS, per client (recipes/storage.yaml)"
+            rate, what = facts["efs"]["per_client_gbps"], "EFS, per client (recipes/facts/storage.yaml)"
     need = start + checkpoint / (rate * 1e9)
     timeout = cfg.serving.download_timeout_seconds
     if timeout < need:

@@ -74,7 +74,7 @@ def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
     if not isinstance(doc, dict) or not isinstance(doc.get("config") or {}, dict):
         raise StackError(
             f"{path.name}: allowed: a mapping with a `config:` mapping of `kimi-k3:<key>: value` entries "
-            "(see the README's configuration reference)"
+            "(see the configuration reference, docs/configure.md)"
         )
     config: dict[str, str] = {}
     secrets: set[str] = set()

@@ -30,16 +30,16 @@ class FsxConfig(Strict):
     """`kimi-k3:storage.fsx`: the FSx for Lustre PERSISTENT_2 filesystem of the model cache."""
 
     storage_capacity_gib: int = Field(
-        default_factory=lambda: recipe_file("storage.yaml")["fsx_lustre"]["size_gib"],
+        default_factory=lambda: recipe_file("facts/storage.yaml")["fsx_lustre"]["size_gib"],
         alias="storageCapacityGiB",
         ge=1,
-        description="1200 or a multiple of 2400 GiB (recipes/aws.yaml); aggregate "
+        description="1200 or a multiple of 2400 GiB (recipes/facts/aws.yaml); aggregate "
         "throughput = TiB x perUnitStorageThroughput, the cold-start lever (docs/aws.md)",
     )
     per_unit_storage_throughput: int = Field(
-        default_factory=lambda: recipe_file("storage.yaml")["fsx_lustre"]["per_unit_mbps_per_tib"],
+        default_factory=lambda: recipe_file("facts/storage.yaml")["fsx_lustre"]["per_unit_mbps_per_tib"],
         alias="perUnitStorageThroughput",
-        description="MB/s per TiB: 125, 250, 500 or 1000 (recipes/aws.yaml)",
+        description="MB/s per TiB: 125, 250, 500 or 1000 (recipes/facts/aws.yaml)",
     )
     efa_enabled: bool = Field(
         False, alias="efaEnabled", description="refused: the GPU nodes mount over TCP (no EFA Lustre client is set up)"
@@ -67,7 +67,7 @@ class FsxConfig(Strict):
     @field_validator("storage_capacity_gib")
     @classmethod
     def _size(cls, v: int) -> int:
-        p2 = recipe_file("aws.yaml")["fsx_persistent_2"]
+        p2 = recipe_file("facts/aws.yaml")["fsx_persistent_2"]
         small, step = p2["small_size_gib"], p2["size_step_gib"]
         if v != small and (v < step or v % step):
             raise ValueError(
@@ -79,7 +79,7 @@ class FsxConfig(Strict):
     @field_validator("per_unit_storage_throughput")
     @classmethod
     def _per_unit(cls, v: int) -> int:
-        allowed = recipe_file("aws.yaml")["fsx_persistent_2"]["per_unit_throughputs"]
+        allowed = recipe_file("facts/aws.yaml")["fsx_persistent_2"]["per_unit_throughputs"]
         if v not in allowed:
             raise ValueError(f"{v} MB/s/TiB is not a PERSISTENT_2 throughput; allowed: {', '.join(map(str, allowed))}")
         return v

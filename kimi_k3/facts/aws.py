@@ -37,7 +37,7 @@ class AwsFacts:
 
 @lru_cache(maxsize=None)
 def load_aws_facts() -> AwsFacts:
-    raw = recipe_file("aws.yaml")
+    raw = recipe_file("facts/aws.yaml")
     types = {
         name: InstanceFacts(
             name=name,

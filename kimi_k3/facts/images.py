@@ -51,7 +51,7 @@ def kube_arch(arch: str) -> str:
 
 @dataclass(frozen=True)
 class ImageFacts:
-    arch: Optional[frozenset[str]]  # None: unknown (not in recipes/images.yaml)
+    arch: Optional[frozenset[str]]  # None: unknown (not in recipes/facts/images.yaml)
     efa: bool
     user: Optional[tuple[int, int]] = None  # (uid, gid) of the image's USER; None: unknown
 
@@ -66,8 +66,8 @@ def repository(image: str) -> str:
 
 
 def image_facts(image: Optional[str]) -> ImageFacts:
-    """Architectures and EFA support of an image, from recipes/images.yaml."""
-    entry = (recipe_file("images.yaml")["repositories"] or {}).get(repository(image or ""))
+    """Architectures and EFA support of an image, from recipes/facts/images.yaml."""
+    entry = (recipe_file("facts/images.yaml")["repositories"] or {}).get(repository(image or ""))
     if entry is None:
         return ImageFacts(None, False)
     user = entry.get("user")
@@ -82,7 +82,7 @@ def image_facts(image: Optional[str]) -> ImageFacts:
 
 
 def runtime_user() -> tuple[int, int]:
-    """(uid, gid) the Dynamo runtime images run as (recipes/images.yaml `runtime_user`): what serving containers are
+    """(uid, gid) the Dynamo runtime images run as (recipes/facts/images.yaml `runtime_user`): what serving containers are
     given explicitly, whatever image a stack names, and what the compile cache's access point writes as."""
-    u = recipe_file("images.yaml")["runtime_user"]
+    u = recipe_file("facts/images.yaml")["runtime_user"]
     return int(u["uid"]), int(u["gid"])

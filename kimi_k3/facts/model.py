@@ -57,7 +57,7 @@ class ModelFacts:
     mla_block_alignment: int
     mla_block_alignment_prefix_caching: int
     activation_reserve_gib: float
-    load_format_reads: dict[str, str]  # vLLM --load-format -> group_share | whole (recipes/model.yaml)
+    load_format_reads: dict[str, str]  # vLLM --load-format -> group_share | whole (recipes/facts/model.yaml)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class WeightGroup:
 
 @lru_cache(maxsize=None)
 def load_model_facts() -> ModelFacts:
-    data = recipe_file("model.yaml")
+    data = recipe_file("facts/model.yaml")
     t, mla, kda, moe = data["text"], data["text"]["mla"], data["text"]["kda"], data["text"]["moe"]
     q, kv, rt = data["quantization"], data["kv_cache"], data["runtime"]
     return ModelFacts(

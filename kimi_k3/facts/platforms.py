@@ -29,15 +29,15 @@ class StorageBackend:
 
 @lru_cache(maxsize=None)
 def load_platforms() -> dict[str, Platform]:
-    return {name: Platform(name=name, **p) for name, p in recipe_file("platforms.yaml").items()}
+    return {name: Platform(name=name, **p) for name, p in recipe_file("facts/platforms.yaml").items()}
 
 
 def load_storage_backends(
     fsx_size_gib: float | None = None, fsx_mbps_per_tib: float | None = None
 ) -> dict[str, StorageBackend]:
-    """Backends from recipes/storage.yaml; FSx aggregate = size x per-unit throughput (overridable per stack)."""
+    """Backends from recipes/facts/storage.yaml; FSx aggregate = size x per-unit throughput (overridable per stack)."""
     out = {}
-    for name, b in recipe_file("storage.yaml").items():
+    for name, b in recipe_file("facts/storage.yaml").items():
         if name == "local_zone_link":
             continue
         aggregate = b.get("aggregate_gbps")
@@ -57,4 +57,4 @@ def load_storage_backends(
 
 def local_zone_link_gbps() -> float:
     """Assumed bandwidth between a Local Zone and its parent Region for all GPU nodes together (storage.yaml)."""
-    return float(recipe_file("storage.yaml")["local_zone_link"]["aggregate_gbps"])
+    return float(recipe_file("facts/storage.yaml")["local_zone_link"]["aggregate_gbps"])

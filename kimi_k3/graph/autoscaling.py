@@ -1,7 +1,7 @@
 """Autoscaling by Dynamo's SLA planner (pure): bounds from the Capacity Block, the planner's config, its profiling
 inputs from our performance model, and the Kubernetes objects that deploy it (kimi-k3:serving.autoscaling).
 
-What the planner reads is Dynamo 1.6.1's (recipes/autoscaling.yaml names each source): a PlannerConfig JSON
+What the planner reads is Dynamo 1.6.1's (recipes/facts/autoscaling.yaml names each source): a PlannerConfig JSON
 (`python3 -m dynamo.planner --config FILE`) and, in its profile_results_dir, `prefill_raw_data.json` (TTFT in ms by
 ISL) and `decode_raw_data.json` (ITL in ms by KV-cache usage and context length, with the worker's KV tokens).
 
@@ -28,7 +28,7 @@ MAX_DECODE_BATCH = 256  # our recipes' --max-num-seqs: a decode batch never exce
 
 
 def facts() -> dict[str, Any]:
-    return recipe_file("autoscaling.yaml")
+    return recipe_file("facts/autoscaling.yaml")
 
 
 @dataclass(frozen=True)
@@ -207,7 +207,7 @@ def resolve(cfg: StackConfig, graph) -> Optional[Autoscaling]:
         raise _error(
             "image",
             image,
-            f"built for {', '.join(sorted(built))} (recipes/images.yaml), but the planner "
+            f"built for {', '.join(sorted(built))} (recipes/facts/images.yaml), but the planner "
             f"runs beside the controllers on {', '.join(graph.side_arch)} nodes",
             f"an image built for {' or '.join(graph.side_arch)}",
         )

@@ -158,11 +158,11 @@ def _topology(
 
 
 def _dcp(key: str, role_type: str, tp: int, over, flags: dict[str, FlagValue], image: str) -> int:
-    """The role's decode context parallel size, refused where vLLM refuses it (recipes/dcp.yaml)."""
+    """The role's decode context parallel size, refused where vLLM refuses it (recipes/facts/dcp.yaml)."""
     dcp = over.dcp if over and over.dcp is not None else 1
     if dcp == 1:
         return 1
-    facts = recipe_file("dcp.yaml")
+    facts = recipe_file("facts/dcp.yaml")
     where = f"kimi-k3:serving.roles.{key}.dcp = {dcp}"
     if role_type not in facts["roles"]:
         raise ConfigError(
@@ -175,7 +175,7 @@ def _dcp(key: str, role_type: str, tp: int, over, flags: dict[str, FlagValue], i
         if not facts["speculative_with_dcp_by_image"].get(image, False):
             raise ConfigError(
                 f"{where}: the vLLM in {image} does not run Kimi K3 speculative decoding with decode "
-                "context parallelism (recipes/dcp.yaml: ai-dynamo/dynamo#12843, vllm-project/vllm#53673); "
+                "context parallelism (recipes/facts/dcp.yaml: ai-dynamo/dynamo#12843, vllm-project/vllm#53673); "
                 "drop --speculative-config or set dcp: 1"
             )
         if str(flags.get(facts["interleave_flag"], "1")) != "1":
@@ -194,7 +194,7 @@ def _check_image_arch(image: str, arches: set[str], key: str, where: str) -> tup
     usable = known & arches
     if not usable:
         raise ConfigError(
-            f"{key} = {image!r}: built for {', '.join(sorted(known))} (recipes/images.yaml) but "
+            f"{key} = {image!r}: built for {', '.join(sorted(known))} (recipes/facts/images.yaml) but "
             f"{where} are {', '.join(sorted(arches))}; allowed: an image built for "
             f"{' or '.join(sorted(arches))}"
         )
@@ -296,7 +296,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         block = vllm_block_size(flag_list(flags))
         if recipe.block_size is not None and recipe.block_size != block:
             raise ConfigError(
-                f"recipes/{cfg.recipe}.yaml: blockSize = {recipe.block_size}: vLLM runs role {key} "
+                f"recipes/profiles/{cfg.recipe}.yaml: blockSize = {recipe.block_size}: vLLM runs role {key} "
                 f"(TP{tp}, prefix caching {'on' if _prefix_caching(flag_list(flags)) else 'off'}) "
                 f"with {block}-token blocks and hashes prefixes and publishes KV events in them; "
                 f"allowed: {block}, or leave blockSize out (derived)"
@@ -394,11 +394,11 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
 
 
 def default_migration_limit() -> int:
-    """How many times the frontend may move one in-flight request to another worker (recipes/request-migration.yaml)."""
-    value = (recipe_file("request-migration.yaml") or {}).get("migrationLimit")
+    """How many times the frontend may move one in-flight request to another worker (recipes/defaults/request-migration.yaml)."""
+    value = (recipe_file("defaults/request-migration.yaml") or {}).get("migrationLimit")
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MIGRATION_LIMIT_MAX:
         raise ConfigError(
-            f"recipes/request-migration.yaml: migrationLimit = {value!r}: allowed: an integer from 0 "
+            f"recipes/defaults/request-migration.yaml: migrationLimit = {value!r}: allowed: an integer from 0 "
             f"to {MIGRATION_LIMIT_MAX} (Dynamo's --migration-limit; 0 turns migration off)"
         )
     return value

@@ -10,7 +10,7 @@ from kimi_k3.data import recipe_file
 
 
 def compile_cache_spec() -> dict[str, Any]:
-    return recipe_file("compile_cache.yaml")
+    return recipe_file("facts/compile_cache.yaml")
 
 
 def compile_cache_key(image: str, args: tuple[str, ...]) -> str:

@@ -14,7 +14,7 @@ from kimi_k3.sizing import memory
 
 
 def _defaults() -> dict[str, Any]:
-    return recipe_file("durations.yaml")
+    return recipe_file("facts/durations.yaml")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Estimates:
 
 
 def weights_backend(cfg: StackConfig) -> platforms.StorageBackend:
-    """Where the workers read the weights from, as throughput facts (recipes/storage.yaml)."""
+    """Where the workers read the weights from, as throughput facts (recipes/facts/storage.yaml)."""
     kind = cfg.storage.resolved_kind
     if kind == "fsx-lustre":
         f = cfg.storage.fsx
@@ -70,7 +70,7 @@ def prefetch_estimate(cfg: StackConfig, graph, start_seconds: float) -> tuple[fl
         bucket_gbps = min(bucket_gbps, backend.aggregate_gbps)
     if link is not None:
         bucket_gbps = min(bucket_gbps, link)
-    peer_gbps = float(recipe_file("storage.yaml")["nvme"]["peer_gbps"])
+    peer_gbps = float(recipe_file("facts/storage.yaml")["nvme"]["peer_gbps"])
     peer_bytes = checkpoint * (nodes - 1) / nodes
     seconds = start_seconds + checkpoint / (bucket_gbps * model.GB) + peer_bytes / (peer_gbps * model.GB)
     where = "over the Local Zone link" if link is not None else f"from {backend.name}"

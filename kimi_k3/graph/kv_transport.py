@@ -61,7 +61,7 @@ def choose_kv_transport(
         raise ConfigError(
             f"kimi-k3:serving.image = {image!r}: KV must cross EFA (prefill + decode = {total} nodes, "
             f"more than {where}), which needs a Dynamo EFA runtime image (vllm-runtime:<version>-efa, "
-            "recipes/images.yaml); none is published for the Kimi K3 build. Allowed: an -efa image, or "
+            "recipes/facts/images.yaml); none is published for the Kimi K3 build. Allowed: an -efa image, or "
             "fewer replicas so prefill and decode fit one NVLink domain"
         )
     return "efa", f"prefill + decode = {total} nodes exceed {where}: KV over EFA (NIXL LIBFABRIC)"

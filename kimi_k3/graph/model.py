@@ -35,7 +35,7 @@ class Role:
     # Pods sharing this group share one NVLink clique: every TP group needs one; roles that hand KV over
     # NVLink need the same one. With KV over EFA, each role may sit in its own clique (e.g. two x36 racks).
     nvlink_group: str = ""
-    dcp: int = 1  # vLLM decode context parallel size (recipes/dcp.yaml)
+    dcp: int = 1  # vLLM decode context parallel size (recipes/facts/dcp.yaml)
     # Subdirectory of the shared compile-cache volume this role's pods mount (one per image + flags), "" = none.
     compile_cache_key: str = ""
     # Key of the ComputeDomain (IMEX domain) this role claims: roles that hand KV over NVLink share one, since a

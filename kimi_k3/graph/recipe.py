@@ -25,7 +25,7 @@ DERIVED_WORKER_FLAGS = {
 
 DERIVED_FRONTEND_FLAGS = {
     "--kv-cache-block-size": "the workers' --block-size (planner.aligned_block_size)",
-    "--migration-limit": "kimi-k3:serving.frontend.migrationLimit (default: recipes/request-migration.yaml)",
+    "--migration-limit": "kimi-k3:serving.frontend.migrationLimit (default: recipes/defaults/request-migration.yaml)",
 }
 
 
@@ -79,10 +79,10 @@ class Recipe(Strict):
     @field_validator("max_model_len")
     @classmethod
     def _within_model(cls, v: int) -> int:
-        most = recipe_file("model.yaml")["text"]["max_position_embeddings"]
+        most = recipe_file("facts/model.yaml")["text"]["max_position_embeddings"]
         if v > most:  # vLLM refuses a max_model_len past the model's max_position_embeddings
             raise ValueError(
-                f"beyond Kimi K3's max_position_embeddings {most:,} (recipes/model.yaml); allowed: 1..{most}"
+                f"beyond Kimi K3's max_position_embeddings {most:,} (recipes/facts/model.yaml); allowed: 1..{most}"
             )
         return v
 
@@ -101,7 +101,7 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def _recipe_data(name: str) -> dict[str, Any]:
-    raw = recipe_file(f"{name}.yaml")
+    raw = recipe_file(f"profiles/{name}.yaml")
     base_name = raw.pop("extends", None)
     if base_name is None:
         return raw
@@ -114,7 +114,7 @@ def load_recipe(name: str) -> Recipe:
     try:
         return Recipe.model_validate(_recipe_data(name))
     except ValidationError as err:  # a broken recipe file is a bug in this repo, reported like config errors
-        raise ConfigError(f"recipes/{name}.yaml: " + format_validation_error(err)) from None
+        raise ConfigError(f"recipes/profiles/{name}.yaml: " + format_validation_error(err)) from None
 
 
 def flag_list(flags: dict[str, FlagValue]) -> tuple[str, ...]:

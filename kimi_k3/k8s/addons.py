@@ -1,4 +1,4 @@
-"""Platform add-ons as data: recipes/addons.yaml defaults + `kimi-k3:platform` overrides -> helm release specs (pure)."""
+"""Platform add-ons as data: recipes/platform/addons.yaml defaults + `kimi-k3:platform` overrides -> helm release specs (pure)."""
 
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ class AddonSpec:
     depends_on: tuple[str, ...]
 
 
-ADDONS_FILE = "recipes/addons.yaml"
+ADDONS_FILE = "recipes/platform/addons.yaml"
 EFA_PLUGIN = "efaDevicePlugin"
 
 
 def _defaults() -> dict[str, Any]:
-    return recipe_file("addons.yaml")
+    return recipe_file("platform/addons.yaml")
 
 
 def _root(url: str) -> str:
@@ -115,7 +115,7 @@ def efa_plugin_covers(
     """None when the EFA device plugin chart at `version` (with `values`) schedules on `instance_type`; else why not.
 
     The chart's DaemonSet requires node.kubernetes.io/instance-type In supportedInstanceLabels.values: the user's
-    values when they set that list, else the list the pinned chart version ships (recorded in recipes/addons.yaml)."""
+    values when they set that list, else the list the pinned chart version ships (recorded in recipes/platform/addons.yaml)."""
     key = f"kimi-k3:platform.{EFA_PLUGIN}"
     listed = (values.get("supportedInstanceLabels") or {}).get("values")
     if listed is not None:

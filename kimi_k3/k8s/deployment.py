@@ -38,7 +38,7 @@ def channel_template_name(graph: ServingGraph, role: Role) -> str:
 
 def runtime_security_context() -> Obj:
     """Containers of the Dynamo runtime image (frontend, workers, fabric preflight): its own USER (uid 1000, gid 0:
-    recipes/images.yaml runtime_user) written out, so the uid the shared compile cache is prepared for is the one
+    recipes/facts/images.yaml runtime_user) written out, so the uid the shared compile cache is prepared for is the one
     that runs. No capabilities: added ones never reach a non-root process (no ambient set; kubernetes/kubernetes
     #56374), which is why IPC_LOCK/SYS_RESOURCE are gone; locked memory comes from the runtime's RLIMIT_MEMLOCK."""
     uid, gid = runtime_user()

@@ -124,7 +124,7 @@ def alert_rules(
     dra_ns: str,
 ) -> Obj:
     ns = f'namespace="{graph.namespace}"'
-    # The KV gauge is a 0.0-1.0 fraction (recipes/metrics.yaml); the threshold is configured in percent.
+    # The KV gauge is a 0.0-1.0 fraction (recipes/facts/metrics.yaml); the threshold is configured in percent.
     kv_fraction = f"{float(max_kv_usage_percent) / 100:g}"
     ttft_p95_seconds, itl_p95_seconds, max_kv_usage_percent = (
         f"{float(x):g}" for x in (ttft_p95_seconds, itl_p95_seconds, max_kv_usage_percent)
@@ -206,7 +206,7 @@ def _panel(pid: int, title: str, expr: str, unit: str, x: int, y: int) -> Obj:
 
 def overview_dashboard(graph: ServingGraph) -> Obj:
     """Our own overview (per role, this namespace); Dynamo's published dashboards come pinned by URL
-    (recipes/monitoring.yaml) rather than copied here."""
+    (recipes/platform/monitoring.yaml) rather than copied here."""
     ns = 'namespace="$namespace"'
     panels = [
         (
@@ -260,9 +260,9 @@ def dashboard_config_map(graph: ServingGraph, name: str, dashboard: Obj) -> Obj:
 
 
 def settings(cfg: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(recipes/monitoring.yaml, alert thresholds with the stack's kimi-k3:monitoring.alerts over the defaults)."""
+    """(recipes/platform/monitoring.yaml, alert thresholds with the stack's kimi-k3:monitoring.alerts over the defaults)."""
     from kimi_k3.data import recipe_file
 
-    data = recipe_file("monitoring.yaml")
+    data = recipe_file("platform/monitoring.yaml")
     overrides = {k: v for k, v in cfg.monitoring.alerts.model_dump(by_alias=True).items() if v is not None}
     return data, {**data["alerts"], **overrides}

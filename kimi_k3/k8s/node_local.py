@@ -71,17 +71,17 @@ def remote_cache_path(graph: ServingGraph) -> str:
 
 
 def node_local_root() -> str:
-    """Host directory of the node-local copies, on the GPU nodes' instance-store RAID0 (recipes/storage.yaml)."""
-    return recipe_file("storage.yaml")["nvme"]["host_path"]
+    """Host directory of the node-local copies, on the GPU nodes' instance-store RAID0 (recipes/facts/storage.yaml)."""
+    return recipe_file("facts/storage.yaml")["nvme"]["host_path"]
 
 
 def node_local_fs_path() -> str:
     """Where the node-local root sits within the instance-store array's filesystem (the prefetch's FS_PATH): the
     host path below the array's mount point. A pod whose hostPath resolves elsewhere (no array) copies nothing."""
-    nvme = recipe_file("storage.yaml")["nvme"]
+    nvme = recipe_file("facts/storage.yaml")["nvme"]
     array, host = nvme["array_mount_point"].rstrip("/"), nvme["host_path"]
     if not host.startswith(array + "/"):
-        raise ValueError(f"recipes/storage.yaml nvme.host_path = {host}: must be under array_mount_point {array}")
+        raise ValueError(f"recipes/facts/storage.yaml nvme.host_path = {host}: must be under array_mount_point {array}")
     return host[len(array) :]
 
 

@@ -13,7 +13,7 @@ Obj = dict[str, Any]
 
 
 def _arch_requirement(arches) -> Obj:
-    """Required node affinity: only nodes of an architecture the pod's image is built for (recipes/images.yaml)."""
+    """Required node affinity: only nodes of an architecture the pod's image is built for (recipes/facts/images.yaml)."""
     return {"key": ARCH_LABEL, "operator": "In", "values": sorted(arches)}
 
 

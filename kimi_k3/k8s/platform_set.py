@@ -1,4 +1,4 @@
-"""The pinned, compatible platform set (recipes/platform-set.yaml), checked before anything is registered (pure).
+"""The pinned, compatible platform set (recipes/platform/platform-set.yaml), checked before anything is registered (pure).
 
 Every add-on the stack installs must be at a version the set lists; the Dynamo platform's requirements (DRA
 driver versions, minimum Kubernetes) must hold; and the API versions our manifests use must be served by the
@@ -12,11 +12,11 @@ from typing import Any, Iterable, Mapping, Sequence
 from kimi_k3.config.base import ConfigError
 from kimi_k3.data import recipe_file
 
-SOURCE = "recipes/platform-set.yaml"
+SOURCE = "recipes/platform/platform-set.yaml"
 
 
 def platform_set() -> dict[str, Any]:
-    return recipe_file("platform-set.yaml")
+    return recipe_file("platform/platform-set.yaml")
 
 
 def _key(addon_key: str) -> str:

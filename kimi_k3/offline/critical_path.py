@@ -2,7 +2,7 @@
 
 Edges: a resource starts when everything in its `dependsOn` (and its provider) has finished; as in the engine,
 a component's own dependencies do not hold back its children (components pass them down explicitly). A
-component finishes when its last child does. Durations: recipes/durations.yaml (each with its source) overridden by `kimi-k3:estimates`; the download
+component finishes when its last child does. Durations: recipes/facts/durations.yaml (each with its source) overridden by `kimi-k3:estimates`; the download
 and worker load come from kimi_k3.sizing.cost (one implementation of bytes / bandwidth).
 """
 

@@ -18,7 +18,7 @@ consumers, read from their source (commits named so a newer release can be re-ch
   ComputeDomain) have no table: only name and namespace replace them. Named objects keeping their name and
   namespace are deleted before they are re-created. helm.sh/v3 Release (helm_release.go): `name`, `namespace`.
 - AWS resources: the ForceNew arguments of terraform-provider-aws, which the bridged provider applies, for the
-  types whose source we read (recipes/aws-force-new.yaml, with sources). A change to any other AWS input is
+  types whose source we read (recipes/facts/aws-force-new.yaml, with sources). A change to any other AWS input is
   classified `update` with `certain=False`: the real `pulumi preview` decides.
 
 A URN that changes (Pulumi name, parent, or type token, which for Kubernetes carries apiVersion and kind) is a
@@ -139,8 +139,8 @@ class AwsRules:
 
 @lru_cache(maxsize=1)
 def aws_rules() -> dict[str, AwsRules]:
-    """Pulumi type -> which inputs force a new resource (recipes/aws-force-new.yaml, sources there)."""
-    data = recipe_file("aws-force-new.yaml")
+    """Pulumi type -> which inputs force a new resource (recipes/facts/aws-force-new.yaml, sources there)."""
+    data = recipe_file("facts/aws-force-new.yaml")
     return {
         t: AwsRules(
             tuple(v.get("forceNew") or ()), tuple(v.get("forceNewWhenDecreased") or ()), frozenset(v.get("known") or ())

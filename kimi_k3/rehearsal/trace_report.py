@@ -4,7 +4,7 @@ P:D ratio the trace needs and its sensitivity, and the cost per request on the s
 Sources, named in the report: the frontend's counters (dynamo_frontend_input_sequence_tokens_sum, _cached_tokens_sum,
 _output_sequence_tokens_sum, the queued_requests gauge) and each mocker's own (dynamo_component_requests_total,
 request_duration_seconds_sum, inflight_requests), sampled every SAMPLE_SECONDS during the replay; the ratio from
-kimi_k3/sizing/trace_plan.py (what `kimi-k3 plan STACK --trace` prints); prices from recipes/api-prices.yaml."""
+kimi_k3/sizing/trace_plan.py (what `kimi-k3 plan STACK --trace` prints); prices from recipes/facts/api-prices.yaml."""
 
 from __future__ import annotations
 

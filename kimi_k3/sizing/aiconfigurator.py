@@ -1,6 +1,6 @@
 """The one place that calls NVIDIA aiconfigurator (optional extra `kimi-k3[perf]`, pinned 0.12.0).
 
-Everything else reads aiconfigurator's numbers through `recipes/perf-raw.yaml`, a table this module writes
+Everything else reads aiconfigurator's numbers through `recipes/facts/perf-raw.yaml`, a table this module writes
 (`python -m kimi_k3.sizing.aiconfigurator regenerate`) and a test regenerates and compares where the tool is installed.
 aiconfigurator 0.12.0 is deprecated upstream in favour of `aisimulate` (same CLI names); aisimulate's PyPI
 package downloads at install time and fails offline, so this project stays on 0.12.0.
@@ -20,7 +20,7 @@ MODEL = "moonshotai/Kimi-K3"
 BACKEND = "vllm"
 VERSION = "0.12.0"
 INSTALL_HINT = "pip install 'kimi-k3[perf]' (aiconfigurator==0.12.0), or: make perf-venv"
-RAW_TABLE = Path(__file__).resolve().parent.parent.parent / "recipes" / "perf-raw.yaml"
+RAW_TABLE = Path(__file__).resolve().parent.parent.parent / "recipes" / "facts" / "perf-raw.yaml"
 
 # The grid the committed table covers: the planner's context lengths, agentic output length, batch sizes
 # per worker, every TP our platforms fit, and the disaggregated prefill:decode worker counts we rank.
@@ -193,7 +193,7 @@ def grid() -> list[dict[str, Any]]:
 
 
 def calibration_points(measurements: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The configurations of the public measurements (recipes/perf-measurements.yaml), as estimate() points."""
+    """The configurations of the public measurements (recipes/facts/perf-measurements.yaml), as estimate() points."""
     return [dict(m["config"]) for m in measurements]
 
 
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from kimi_k3.data import recipe_file
 
-    points = grid() + calibration_points(recipe_file("perf-measurements.yaml")["measurements"])
+    points = grid() + calibration_points(recipe_file("facts/perf-measurements.yaml")["measurements"])
     unique = {point_key(p): p for p in points}
     table = regenerate(list(unique.values()), progress=lambda s: print(s, file=sys.stderr, flush=True))
     mem = {f"{system} tp{tp}": memory(system, tp) for system, tp in AGG_LAYOUTS}

@@ -283,7 +283,7 @@ def load_seconds(bytes_per_pod: int, pods: int, backend: StorageBackend, link_gb
 
 
 def bytes_per_pod(m: ModelFacts, tp: int, gpus_per_pod: int, load_format: str = "auto") -> int:
-    """What one worker pod reads from storage at a cold start, by vLLM's loader (recipes/model.yaml load_format_reads):
+    """What one worker pod reads from storage at a cold start, by vLLM's loader (recipes/facts/model.yaml load_format_reads):
     the whole checkpoint, or with fastsafetensors its GPUs' share of the files (each byte once per replica)."""
     reads = m.load_format_reads.get(load_format)
     if reads is None:

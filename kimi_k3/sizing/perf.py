@@ -1,7 +1,7 @@
 """Performance model: TTFT, TPOT, tokens/s per GPU and per user, $/Mtok and SLA sizing for Kimi K3 stacks.
 
-Pure: it reads aiconfigurator's raw estimates from recipes/perf-raw.yaml (written by kimi_k3/sizing/aiconfigurator.py,
-the only module that calls the tool) and the public measurements in recipes/perf-measurements.yaml, and
+Pure: it reads aiconfigurator's raw estimates from recipes/facts/perf-raw.yaml (written by kimi_k3/sizing/aiconfigurator.py,
+the only module that calls the tool) and the public measurements in recipes/facts/perf-measurements.yaml, and
 calibrates the first against the second. Points off the committed grid are interpolated (log-log in batch and
 context) and say so; `raw` is aiconfigurator's number only where `source` is `aiconfigurator`.
 """
@@ -68,14 +68,14 @@ PLAIN = Speculation()
 
 def speculation_from_config(spec: dict[str, Any], acceptance_length: Optional[float] = None) -> Speculation:
     """A vLLM `--speculative-config` as the model sees it; the acceptance length is the caller's, or the
-    published figure for the method (recipes/perf-measurements.yaml `speculation`)."""
+    published figure for the method (recipes/facts/perf-measurements.yaml `speculation`)."""
     if not spec:
         return PLAIN
     method = str(spec.get("method") or "unknown")
     k = int(spec.get("num_speculative_tokens") or 0)
     if acceptance_length is None:
         acceptance_length = float(
-            recipe_file("perf-measurements.yaml")["speculation"]
+            recipe_file("facts/perf-measurements.yaml")["speculation"]
             .get(method, {})
             .get("acceptance_length", {})
             .get("default", 1.0)
@@ -90,11 +90,11 @@ def speculation_from_config(spec: dict[str, Any], acceptance_length: Optional[fl
 
 @lru_cache(maxsize=None)
 def raw_table() -> dict[str, Any]:
-    """recipes/perf-raw.yaml, parsed once (with libyaml when present: the table is ~100 KB)."""
+    """recipes/facts/perf-raw.yaml, parsed once (with libyaml when present: the table is ~100 KB)."""
     from kimi_k3 import yaml_strict
     from kimi_k3.data import RECIPES
 
-    return yaml_strict.load((RECIPES / "perf-raw.yaml").read_text(), "recipes/perf-raw.yaml")
+    return yaml_strict.load((RECIPES / "facts" / "perf-raw.yaml").read_text(), "recipes/facts/perf-raw.yaml")
 
 
 def _points() -> dict[str, dict[str, Any]]:
@@ -128,7 +128,7 @@ def _live() -> bool:
 # (reproduces every committed disaggregated point to 1e-4; tests/cli/test_perf_truth.py), and its per-worker rates:
 # prefill req/s depends on the ISL only, decode req/s = batch / (OSL * TPOT).
 PREFILL_SCALE, DECODE_SCALE = 0.9, 0.92
-MAX_CONTEXT = 1048576  # Kimi K3's max_position_embeddings (recipes/model.yaml)
+MAX_CONTEXT = 1048576  # Kimi K3's max_position_embeddings (recipes/facts/model.yaml)
 RATES = ("prefill_requests_per_second_per_worker", "decode_requests_per_second_per_worker")
 
 
@@ -151,7 +151,7 @@ def _table_metrics(est: dict[str, Any]) -> dict[str, float]:
 
 
 def raw_estimate(point: dict[str, Any], live: bool = True) -> tuple[dict[str, float], str]:
-    """aiconfigurator's numbers for `point` (the keys of recipes/perf-raw.yaml), and their source.
+    """aiconfigurator's numbers for `point` (the keys of recipes/facts/perf-raw.yaml), and their source.
 
     Exact grid points come straight from the committed table; with the tool installed other points are asked
     of it live (unless live=False: the --sla search must answer in seconds). Off the table: ISL and batch are
@@ -217,7 +217,7 @@ def raw_estimate(point: dict[str, Any], live: bool = True) -> tuple[dict[str, fl
         i0, i1 = _bracket(point["isl"], aic.CONTEXTS, "ISL")
     if (b0, i0) == (b1, i1):  # on the grid, yet not in the table: a layout the table does not cover
         raise PerfError(
-            f"{key} is not in the committed aiconfigurator table (recipes/perf-raw.yaml); "
+            f"{key} is not in the committed aiconfigurator table (recipes/facts/perf-raw.yaml); "
             f"layouts it covers: {', '.join(l.describe() for l in candidate_layouts())}"
         )
     corners = {}
@@ -310,7 +310,7 @@ class PowerLaw:
 
 @dataclass(frozen=True)
 class Calibration:
-    """The model, fitted on the measurements marked `calibrate` (recipes/perf-measurements.yaml):
+    """The model, fitted on the measurements marked `calibrate` (recipes/facts/perf-measurements.yaml):
 
     plain decoding   TPOT = raw TPOT / decode_factor           (vLLM launch post, GB300 TP8, batch 1)
     TTFT             TTFT = raw TTFT * ttft(batch)             (vLLM 0913 blog, B300 TP8, batch 1 and 16)
@@ -345,7 +345,7 @@ class Calibration:
 
 
 def measurements() -> list[dict[str, Any]]:
-    return recipe_file("perf-measurements.yaml")["measurements"]
+    return recipe_file("facts/perf-measurements.yaml")["measurements"]
 
 
 def measurement_use(m: dict[str, Any], metric: str) -> str:
@@ -381,7 +381,7 @@ def _fit(xs: list[float], ys: list[float]) -> PowerLaw:
 def _one(ms: list[dict[str, Any]], what: str) -> dict[str, Any]:
     if len(ms) != 1:
         raise PerfError(
-            f"recipes/perf-measurements.yaml: {what} needs exactly one `calibrate` measurement, found {len(ms)}"
+            f"recipes/facts/perf-measurements.yaml: {what} needs exactly one `calibrate` measurement, found {len(ms)}"
         )
     return ms[0]
 
@@ -828,7 +828,7 @@ def curves(
 
 @dataclass(frozen=True)
 class ApiPrice:
-    """An API's list price, USD per million tokens (recipes/api-prices.yaml)."""
+    """An API's list price, USD per million tokens (recipes/facts/api-prices.yaml)."""
 
     model: str
     input_cache_miss: float
@@ -847,23 +847,25 @@ API_PRICE_KEYS = ("input_cache_miss", "input_cache_hit", "output")
 
 
 def api_prices() -> tuple[str, dict[str, ApiPrice]]:
-    """(default model, every model's price) from recipes/api-prices.yaml, each price finite and >= 0."""
-    data = recipe_file("api-prices.yaml")
+    """(default model, every model's price) from recipes/facts/api-prices.yaml, each price finite and >= 0."""
+    data = recipe_file("facts/api-prices.yaml")
     out = {}
     for name, p in (data.get("models") or {}).items():
         for k in API_PRICE_KEYS:
             v = p.get(k) if isinstance(p, dict) else None
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise PerfError(
-                    f"recipes/api-prices.yaml: models.{name}.{k} = {v!r}; allowed: a finite number >= 0 "
+                    f"recipes/facts/api-prices.yaml: models.{name}.{k} = {v!r}; allowed: a finite number >= 0 "
                     "(USD per million tokens)"
                 )
         for k in ("source", "as_of"):
             if not str(p.get(k) or "").strip():
-                raise PerfError(f"recipes/api-prices.yaml: models.{name}.{k} is missing; every price needs it")
+                raise PerfError(f"recipes/facts/api-prices.yaml: models.{name}.{k} is missing; every price needs it")
         out[name] = ApiPrice(name, *(float(p[k]) for k in API_PRICE_KEYS), str(p["source"]), str(p["as_of"]))
     if data.get("default") not in out:
-        raise PerfError(f"recipes/api-prices.yaml: default {data.get('default')!r} is not one of {', '.join(out)}")
+        raise PerfError(
+            f"recipes/facts/api-prices.yaml: default {data.get('default')!r} is not one of {', '.join(out)}"
+        )
     return data["default"], out
 
 

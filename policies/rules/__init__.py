@@ -243,12 +243,12 @@ RULES: tuple[Rule, ...] = (
     _rule(
         "alerts-match-metric-units",
         "Alert rules and dashboard panels query metrics their exporter exports, "
-        "with thresholds and display units in the metric's real unit (recipes/metrics.yaml).",
+        "with thresholds and display units in the metric's real unit (recipes/facts/metrics.yaml).",
         check_alerts_match_metric_units,
     ),
     _rule(
         "pods-run-on-image-arch",
-        "No pod can be scheduled on a node whose CPU architecture its images are not built for (recipes/images.yaml).",
+        "No pod can be scheduled on a node whose CPU architecture its images are not built for (recipes/facts/images.yaml).",
         check_pods_run_on_image_arch,
     ),
     _rule("images-pinned", "Container images carry a tag other than latest, or a digest.", check_images_pinned),

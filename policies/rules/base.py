@@ -105,7 +105,7 @@ class Rule:
 
 # ---------------------------------------------------------------------------------------- facts
 def platform_for_product(product: Optional[str]) -> Optional[Platform]:
-    """The platform (recipes/platforms.yaml, via the planner's loader) whose GPUs carry this product label."""
+    """The platform (recipes/facts/platforms.yaml, via the planner's loader) whose GPUs carry this product label."""
     return next((p for p in load_platforms().values() if product is not None and p.gpu_product_label == product), None)
 
 

@@ -229,7 +229,7 @@ def check_nvlink_kv_roles_share_compute_domain(obj: Mapping, ctx: Context) -> It
 
 def check_kv_transport_consistent(obj: Mapping, ctx: Context) -> Iterator[Result]:
     """Transport, image and devices agree: NIXL LIBFABRIC needs EFA devices and an EFA runtime image
-    (Dynamo publishes `vllm-runtime:<version>-efa`; recipes/images.yaml records which images have it)."""
+    (Dynamo publishes `vllm-runtime:<version>-efa`; recipes/facts/images.yaml records which images have it)."""
     for comp, container, tokens in workers(obj):
         where = f"component {comp.get('name')}"
         libfabric = "LIBFABRIC" in _nixl_backends(tokens)
@@ -241,12 +241,14 @@ def check_kv_transport_consistent(obj: Mapping, ctx: Context) -> Iterator[Result
         if libfabric and not efa:
             yield Finding(target_of(obj), f"{where}: NIXL LIBFABRIC backend but no {EFA} devices requested")
         if facts.arch is None:
-            yield Skipped(target_of(obj), f"{where}: image {image} not in recipes/images.yaml: EFA support unknown")
+            yield Skipped(
+                target_of(obj), f"{where}: image {image} not in recipes/facts/images.yaml: EFA support unknown"
+            )
         elif not facts.efa:
             yield Finding(
                 target_of(obj),
                 f"{where}: KV over EFA ({'NIXL LIBFABRIC' if libfabric else EFA}) on image "
-                f"{image}, which has no EFA stack (recipes/images.yaml); Dynamo publishes EFA runtime "
+                f"{image}, which has no EFA stack (recipes/facts/images.yaml); Dynamo publishes EFA runtime "
                 "images as vllm-runtime:<version>-efa. Use one, or keep KV on NVLink",
             )
 

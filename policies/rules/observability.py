@@ -1,5 +1,5 @@
 """Rules on what watches the graph: the smoke test's cache-hit probe against the KV block the workers run, and
-alerts and dashboards against the metrics Dynamo really exports, in their real units (recipes/metrics.yaml)."""
+alerts and dashboards against the metrics Dynamo really exports, in their real units (recipes/facts/metrics.yaml)."""
 
 import argparse
 import contextlib
@@ -174,7 +174,7 @@ DASHBOARD_LABEL = "grafana_dashboard"
 def metric_facts() -> Mapping[str, Any]:
     from kimi_k3.data import recipe_file
 
-    return recipe_file("metrics.yaml")
+    return recipe_file("facts/metrics.yaml")
 
 
 def _strip(expr: str) -> str:
@@ -248,7 +248,7 @@ def _check_expr(expr: str, where: str, facts: Mapping[str, Any], panel_unit: Opt
             if exporter:
                 yield (
                     f"{where}: {name} is not a metric {exporter} exports "
-                    f"({facts['exporters'][exporter]['source']}; recipes/metrics.yaml)"
+                    f"({facts['exporters'][exporter]['source']}; recipes/facts/metrics.yaml)"
                 )
             continue
         units.append(fact["unit"])
@@ -270,7 +270,7 @@ def _check_expr(expr: str, where: str, facts: Mapping[str, Any], panel_unit: Opt
             yield (
                 f"{where}: compares a {unit} ({low}..{high if high is not None else 'inf'}: "
                 f"{', '.join(sorted(set(names)))}) with {op} {m.group(2)}, which it can never pass; allowed: a "
-                f"threshold in the metric's own unit (recipes/metrics.yaml)"
+                f"threshold in the metric's own unit (recipes/facts/metrics.yaml)"
             )
     if panel_unit is not None and unit and spec and panel_unit not in spec.get("grafana", []):
         yield (
@@ -294,7 +294,7 @@ def _dashboards(obj: Mapping) -> Iterator[tuple[str, Mapping]]:
 
 def check_alerts_match_metric_units(obj: Mapping, ctx: Context) -> Iterator[Result]:
     """Alert rules and dashboard panels query metrics their exporter really exports, against thresholds and in
-    display units of the metric's real unit (recipes/metrics.yaml, with sources)."""
+    display units of the metric's real unit (recipes/facts/metrics.yaml, with sources)."""
     facts = metric_facts()
     if obj.get("kind") == "PrometheusRule":
         for group in (obj.get("spec") or {}).get("groups") or []:

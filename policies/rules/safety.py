@@ -224,14 +224,14 @@ def check_pods_run_on_image_arch(obj: Mapping, ctx: Context) -> Iterator[Result]
                 yield Skipped(
                     target_of(obj),
                     f"{label} container {container.get('name')}: architectures of "
-                    f"{image} unknown (record them in recipes/images.yaml with their source)",
+                    f"{image} unknown (record them in recipes/facts/images.yaml with their source)",
                 )
             elif not arches <= known:
                 yield Finding(
                     target_of(obj),
                     f"{label} container {container.get('name')}: may run on "
                     f"{', '.join(sorted(arches))} nodes ({why}) but {image} is built for "
-                    f"{', '.join(sorted(known))} (recipes/images.yaml); pin {ARCH_LABEL}",
+                    f"{', '.join(sorted(known))} (recipes/facts/images.yaml); pin {ARCH_LABEL}",
                 )
 
 

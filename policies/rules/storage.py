@@ -2,7 +2,7 @@
 
 Who may write a shared volume is decided outside the pod spec, so the rule assembles it from four places:
 - the container's effective uid/gid: securityContext runAsUser/runAsGroup (container over pod), else the image's USER
-  (recipes/images.yaml `user`; ai-dynamo/dynamo container/templates/vllm_runtime.Dockerfile ends in `USER dynamo`,
+  (recipes/facts/images.yaml `user`; ai-dynamo/dynamo container/templates/vllm_runtime.Dockerfile ends in `USER dynamo`,
   uid 1000 gid 0); the Dynamo operator sets only fsGroup (deploy/operator/internal/dynamo/graph.go,
   applyDefaultSecurityContext), never runAsUser;
 - fsGroup and supplementalGroups do nothing here: the EFS CSI driver declares no fsGroupPolicy (its chart's
@@ -219,7 +219,11 @@ def effective_user(container: Mapping, spec: Mapping) -> tuple[Optional[int], Op
     gid = csc.get("runAsGroup", psc.get("runAsGroup"))
     if uid is None:
         if image is None:
-            return None, None, f"image {container.get('image')}: USER unknown (recipes/images.yaml) and no runAsUser"
+            return (
+                None,
+                None,
+                f"image {container.get('image')}: USER unknown (recipes/facts/images.yaml) and no runAsUser",
+            )
         uid, where = image[0], f"the image's USER ({container.get('image')})"
     else:
         where = "securityContext.runAsUser"

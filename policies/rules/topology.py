@@ -54,7 +54,7 @@ def check_pods_take_whole_nodes(obj: Mapping, ctx: Context) -> Iterator[Result]:
             yield Skipped(
                 target_of(obj),
                 f"component {name_of(comp)}: GPU product {shown(product)} not in "
-                "recipes/platforms.yaml (pin it with nodeSelector/nodeAffinity on nvidia.com/gpu.product)",
+                "recipes/facts/platforms.yaml (pin it with nodeSelector/nodeAffinity on nvidia.com/gpu.product)",
             )
             continue
         if gpus(container) != found.gpus_per_node:

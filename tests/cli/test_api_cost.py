@@ -61,7 +61,7 @@ def test_break_even_by_hand():
 def test_plan_stack_compares_with_the_api_on_both_bases(stack, capsys):
     out = _json(capsys, stack, "--isl", "8192", "--cache-hit-rate", "0.5")
     c = out["performance"]["cost_vs_api"]
-    price = recipe_file("api-prices.yaml")["models"]["kimi-k3"]
+    price = recipe_file("facts/api-prices.yaml")["models"]["kimi-k3"]
     w = out["performance"]["workload"]
     api = (
         w["isl"] * 0.5 * price["input_cache_miss"]
@@ -128,7 +128,7 @@ def test_bad_price_in_the_recipe_names_file_key_and_value(monkeypatch, value, sh
 
     def patched(name):
         out = real(name)
-        if name == "api-prices.yaml":
+        if name == "facts/api-prices.yaml":
             out = json.loads(json.dumps(out))
             out["models"]["kimi-k3"]["output"] = value
         return out
@@ -136,7 +136,7 @@ def test_bad_price_in_the_recipe_names_file_key_and_value(monkeypatch, value, sh
     monkeypatch.setattr(perf, "recipe_file", patched)
     with pytest.raises(perf.PerfError) as err:
         perf.api_prices()
-    assert "recipes/api-prices.yaml: models.kimi-k3.output" in str(err.value) and shown in str(err.value)
+    assert "recipes/facts/api-prices.yaml: models.kimi-k3.output" in str(err.value) and shown in str(err.value)
 
 
 def test_plan_with_a_bad_price_recipe_is_one_message_not_a_traceback(monkeypatch, capsys):
@@ -144,12 +144,12 @@ def test_plan_with_a_bad_price_recipe_is_one_message_not_a_traceback(monkeypatch
         perf,
         "api_prices",
         lambda: (_ for _ in ()).throw(
-            perf.PerfError("recipes/api-prices.yaml: models.kimi-k3.output = -1; allowed: a finite number >= 0")
+            perf.PerfError("recipes/facts/api-prices.yaml: models.kimi-k3.output = -1; allowed: a finite number >= 0")
         ),
     )
     assert cli.main(["plan", "gb300"]) == 2
     err = capsys.readouterr().err
-    assert "recipes/api-prices.yaml: models.kimi-k3.output" in err and "Traceback" not in err
+    assert "recipes/facts/api-prices.yaml: models.kimi-k3.output" in err and "Traceback" not in err
 
 
 def test_stack_plan_cost_bases_are_the_planners():

@@ -235,8 +235,9 @@ def recipes(tmp_path, monkeypatch):
     """A private copy of recipes/ that the code reads instead (the parse cache cleared around the test)."""
     copy_dir = tmp_path / "recipes"
     copy_dir.mkdir()
-    for f in data.RECIPES.glob("*.yaml"):
-        (copy_dir / f.name).write_text(f.read_text())
+    for f in data.RECIPES.glob("*/*.yaml"):  # recipes/<kind>/<name>.yaml (recipes/README.md)
+        (copy_dir / f.relative_to(data.RECIPES)).parent.mkdir(exist_ok=True)
+        (copy_dir / f.relative_to(data.RECIPES)).write_text(f.read_text())
     caches = [data._parsed, model.load_model_facts, platforms.load_platforms, facts_aws.load_aws_facts]
     for cached in caches:
         cached.cache_clear()
@@ -249,8 +250,8 @@ def recipes(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "recipe, edit, stack",
     [
-        ("gb300.yaml", replace("roles:", "roles: [\n"), "gb300"),
-        ("model.yaml", lambda text: text + "\n  bad: [unclosed\n", "gb300-disagg"),
+        ("profiles/gb300.yaml", replace("roles:", "roles: [\n"), "gb300"),
+        ("facts/model.yaml", lambda text: text + "\n  bad: [unclosed\n", "gb300-disagg"),
     ],
 )
 def test_recipe_yaml_syntax_error_names_the_file(recipe, edit, stack, recipes, project, capsys):

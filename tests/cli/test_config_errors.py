@@ -139,11 +139,13 @@ def test_bad_migration_limit_in_recipe_data_names_file_key_value(monkeypatch, va
 
     real = data.recipe_file
     monkeypatch.setattr(
-        graph, "recipe_file", lambda name: {"migrationLimit": value} if name == "request-migration.yaml" else real(name)
+        graph,
+        "recipe_file",
+        lambda name: {"migrationLimit": value} if name == "defaults/request-migration.yaml" else real(name),
     )
     with pytest.raises(RenderError) as info:
         render_with("gb300-disagg")
     message = str(info.value)
     assert len(message.splitlines()) == 1 and "Traceback" not in message
-    assert f"recipes/request-migration.yaml: migrationLimit = {value!r}: allowed: an integer from 0" in message
+    assert f"recipes/defaults/request-migration.yaml: migrationLimit = {value!r}: allowed: an integer from 0" in message
     assert info.value.registered == []

@@ -58,9 +58,9 @@ def repo(tmp_path_factory) -> Path:
     git(repo, "commit", "-qm", "base")
     git(repo, "tag", "base")
     changes = {
-        "max-num-seqs": [("recipes/gb300-disagg.yaml", '--max-num-seqs: "256"', '--max-num-seqs: "128"')],
-        "replicas": [("recipes/gb300-disagg.yaml", "    replicas: 2\n", "    replicas: 3\n")],
-        "ucx": [("recipes/gb200-disagg.yaml", "UCX_TLS: cuda_copy,cuda_ipc,tcp", "UCX_TLS: ^cuda_ipc")],
+        "max-num-seqs": [("recipes/profiles/gb300-disagg.yaml", '--max-num-seqs: "256"', '--max-num-seqs: "128"')],
+        "replicas": [("recipes/profiles/gb300-disagg.yaml", "    replicas: 2\n", "    replicas: 3\n")],
+        "ucx": [("recipes/profiles/gb200-disagg.yaml", "UCX_TLS: cuda_copy,cuda_ipc,tcp", "UCX_TLS: ^cuda_ipc")],
         # Code, not data: only visible if each side is rendered by its own revision's code.
         "code": [("kimi_k3/names.py", '"app.kubernetes.io/part-of": "kimi-k3"', '"app.kubernetes.io/part-of": "kimi"')],
         "no-render": [
@@ -224,11 +224,11 @@ def test_stacks_on_one_side_only_are_added_or_removed(repo):
 
 def test_cli_diffs_the_working_tree_and_is_deterministic(repo):
     """Default head: the uncommitted working tree, run as CI runs it (from the project directory)."""
-    edit(repo, "recipes/gb300-disagg.yaml", '--max-num-seqs: "256"', '--max-num-seqs: "64"')
+    edit(repo, "recipes/profiles/gb300-disagg.yaml", '--max-num-seqs: "256"', '--max-num-seqs: "64"')
     try:
         runs = [kimi_k3_cli(repo, "diff", "--base", "main", "gb300-disagg") for _ in range(2)]
     finally:
-        git(repo, "checkout", "-q", "--", "recipes/gb300-disagg.yaml")
+        git(repo, "checkout", "-q", "--", "recipes/profiles/gb300-disagg.yaml")
     assert runs[0].returncode == 0, runs[0].stderr
     assert runs[0].stdout == runs[1].stdout
     assert runs[0].stdout.startswith("## kimi-k3 diff: `main` (")

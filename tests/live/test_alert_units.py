@@ -19,7 +19,7 @@ from policies.rules.observability import expr_metrics
 
 REHEARSE_PYTHON = Path(os.environ.get("KIMI_K3_REHEARSE_PYTHON", ROOT / ".venv-rehearse" / "bin" / "python"))
 RULE = "alerts-match-metric-units"
-FACTS = recipe_file("metrics.yaml")
+FACTS = recipe_file("facts/metrics.yaml")
 
 
 def _fired(objects):

@@ -2,7 +2,7 @@
 1.6.1's frontend + KV router, one dynamo.mocker per worker replica, on loopback), one streaming chat completion
 with a long output, and the worker streaming it SIGKILLed mid-stream (what a crash, a lost node, or the kubelet
 after a pod's terminationGracePeriodSeconds does). With the frontend flags the graph renders (--migration-limit
-from recipes/request-migration.yaml) the client still receives every token; with the old form (limit 0) the
+from recipes/defaults/request-migration.yaml) the client still receives every token; with the old form (limit 0) the
 stream ends with Dynamo's 503 error event after the tokens already sent. And a disaggregated graph's prefill worker
 SIGKILLed mid-prefill: the request moves to another prefill worker where there is one, else the client gets 503.
 
@@ -61,7 +61,7 @@ def model_dir(tmp_path_factory):
 
 def graph_of(stack: str, limit: int | None, prefill_replicas: int | None = None):
     """The stack's serving graph through the same config path `kimi-k3 render` takes; `limit` set as a user would
-    (kimi-k3:serving.frontend.migrationLimit), None = the default from recipes/request-migration.yaml."""
+    (kimi-k3:serving.frontend.migrationLimit), None = the default from recipes/defaults/request-migration.yaml."""
     stack_file = read_stack_config(stack, ROOT)
     config = dict(stack_file.config)
     serving = json.loads(config.get("kimi-k3:serving", "{}"))

@@ -80,7 +80,7 @@ def test_every_measurement_has_a_source_and_a_role():
 
 
 def test_readme_reports_the_held_out_error_the_model_gives():
-    readme, doc = open("README.md").read(), open("docs/performance.md").read()
+    readme, doc = open("docs/plan.md").read(), open("docs/performance.md").read()  # plan.md: README's old section
     for configuration, err in perf.held_out_errors().items():  # per configuration, in both
         for text in (readme, doc):
             assert f"{configuration}: {err * 100:.1f}%" in text, "held-out error is stale: rerun the table"
@@ -298,7 +298,7 @@ def test_dcp_speculation_and_interleave_refused_whatever_the_image(monkeypatch):
 
     def allow_all(name):  # an image that does run DSpark under DCP (none is listed yet)
         data = real(name)
-        if name == "dcp.yaml":
+        if name == "facts/dcp.yaml":
             data["speculative_with_dcp_by_image"] = {k: True for k in data["speculative_with_dcp_by_image"]}
         return data
 
@@ -335,7 +335,7 @@ def test_dcp_on_prefill_and_with_speculation_refused():
 def test_memory_comparison_with_aiconfigurator(gpu, tp):
     cmp = perf.memory_comparison(gpu, tp)
     assert cmp is not None
-    # The difference the README explains: aiconfigurator leaves out the MXFP4 scales and the vision tower.
+    # The difference docs/plan.md explains: aiconfigurator leaves out the MXFP4 scales and the vision tower.
     # With those two terms the weights agree within 0.1%.
     assert cmp["difference_gib"] > 5
     assert abs(cmp["residual_gib"]) < 0.001 * cmp["aiconfigurator_weights_gib"]

@@ -35,7 +35,7 @@ def _cli(*argv: str) -> argparse.Namespace:
 
 def test_model_yaml_matches_published_config(facts):
     if not SHARED_CONFIG.exists():
-        pytest.skip(f"{SHARED_CONFIG} absent: cannot compare recipes/model.yaml with the published config")
+        pytest.skip(f"{SHARED_CONFIG} absent: cannot compare recipes/facts/model.yaml with the published config")
     cfg = json.loads(SHARED_CONFIG.read_text())
     t, lin, q = cfg["text_config"], cfg["text_config"]["linear_attn_config"], cfg["text_config"]["quantization_config"]
     assert (facts.num_hidden_layers, facts.hidden_size, facts.vocab_size) == (

@@ -1,4 +1,4 @@
-"""The README is the configuration reference: every key the program accepts is documented there."""
+"""docs/configure.md is the configuration reference: every key the program accepts is documented there."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def keys(model: type[BaseModel]) -> set[str]:
 
 
 def test_every_config_key_is_in_the_readme_configuration_table():
-    readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("## Configuration") : readme.index("## Offline commands")]
+    doc = (ROOT / "docs" / "configure.md").read_text()  # moved from README.md (issue 26: README is the front door)
+    table = doc[doc.index("## Every key") : doc.index("## Where per-user values live")]
     missing = sorted(k for k in keys(StackConfig) if not re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", table))
     assert missing == []

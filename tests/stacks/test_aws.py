@@ -711,13 +711,15 @@ def test_recipe_with_an_unresolvable_chart_is_refused_before_anything_registers(
         addons, "_defaults", lambda: {**real, "dynamoPlatform": {**real["dynamoPlatform"], **OLD_DYNAMO}}
     )
     assert_one_clear_error(
-        "gb300", {}, ["recipes/addons.yaml: dynamoPlatform.repo", "https://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts"]
+        "gb300",
+        {},
+        ["recipes/platform/addons.yaml: dynamoPlatform.repo", "https://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts"],
     )
 
 
 def test_efa_plugin_affinity_covers_every_gpu_instance_type(rendered):
-    """The pinned chart's DaemonSet affinity lists every GPU instance type the stacks launch and recipes/aws.yaml
-    knows; recorded per chart version in recipes/addons.yaml (tests cannot fetch the chart). 0.5.14 did not."""
+    """The pinned chart's DaemonSet affinity lists every GPU instance type the stacks launch and recipes/facts/aws.yaml
+    knows; recorded per chart version in recipes/platform/addons.yaml (tests cannot fetch the chart). 0.5.14 did not."""
     from kimi_k3.facts.aws import load_aws_facts
     from kimi_k3.k8s.addons import _defaults, efa_plugin_covers
 
@@ -1029,7 +1031,7 @@ def test_existing_cluster_is_not_replaced_by_bootstrap_self_managed_addons(rende
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_network_add_ons_are_pinned_for_the_cluster_minor(stack, rendered):
-    """kube-proxy and CoreDNS carry the versions recipes/aws.yaml pins for the cluster's Kubernetes minor (AWS docs'
+    """kube-proxy and CoreDNS carry the versions recipes/facts/aws.yaml pins for the cluster's Kubernetes minor (AWS docs'
     version tables); kube-proxy is built per minor. The unpinned form (before) is reported."""
     from kimi_k3.aws.cluster import addon_version_problems
 

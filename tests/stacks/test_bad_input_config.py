@@ -375,28 +375,33 @@ def test_bare_keys_are_the_projects(project):
     "recipe, edit, stack, expect",
     [
         (
-            "gb300.yaml",
+            "profiles/gb300.yaml",
             replace("maxModelLen: ", "maxModelLen: 1\nmaxModelLen: "),
             "gb300",
-            ["recipes/gb300.yaml", "line", "already defined"],
+            ["recipes/profiles/gb300.yaml", "line", "already defined"],
         ),
         (
-            "gb300.yaml",
+            "profiles/gb300.yaml",
             sub(r"^maxModelLen: .*$", "maxModelLen: 2097152"),
             "gb300",
-            ["recipes/gb300.yaml", "maxModelLen = 2097152", "max_position_embeddings 1,048,576", "allowed: 1..1048576"],
+            [
+                "recipes/profiles/gb300.yaml",
+                "maxModelLen = 2097152",
+                "max_position_embeddings 1,048,576",
+                "allowed: 1..1048576",
+            ],
         ),
         (
-            "gb300-disagg.yaml",
+            "profiles/gb300-disagg.yaml",
             replace("publishesKvEvents: true", "publishesKvEvents: yes"),
             "gb300-disagg",
-            ["recipes/gb300-disagg.yaml", 'publishesKvEvents = "yes"', "allowed: true or false"],
+            ["recipes/profiles/gb300-disagg.yaml", 'publishesKvEvents = "yes"', "allowed: true or false"],
         ),
         (
-            "durations.yaml",
+            "facts/durations.yaml",
             replace("  efs: 60", "  efs: 60\n  efs: 6000"),
             "gb300",
-            ["recipes/durations.yaml line", "'efs' is already defined"],
+            ["recipes/facts/durations.yaml line", "'efs' is already defined"],
         ),
     ],
 )
@@ -413,7 +418,7 @@ def test_shipped_files_read_the_same():
     """Switching loaders changed no shipped fact: every recipe and stack file reads as PyYAML read it."""
     from kimi_k3 import yaml_strict
 
-    files = sorted(data.RECIPES.glob("*.yaml")) + sorted(ROOT.glob("Pulumi*.yaml"))
+    files = sorted(data.RECIPES.glob("*/*.yaml")) + sorted(ROOT.glob("Pulumi*.yaml"))
     assert len(files) > 20
     for path in files:
         text = path.read_text()

@@ -73,7 +73,7 @@ def test_platform_monitors_cover_dcgm_and_the_dra_driver(rendered):
         if "namespaceSelector" in m["spec"]
     }
     assert sorted(dra) == ["controller", "kubelet-plugin"]
-    release = recipe_file("monitoring.yaml")["kubePrometheusStack"]["releaseLabel"]
+    release = recipe_file("platform/monitoring.yaml")["kubePrometheusStack"]["releaseLabel"]
     for m in by_kind(objects, "PodMonitor") + dcgm + by_kind(objects, "PrometheusRule"):
         assert release.items() <= m["metadata"]["labels"].items(), "kube-prometheus-stack selects by release label"
 
@@ -92,7 +92,7 @@ def test_dashboards_are_valid_json_and_query_published_metrics(rendered):
         for e in exprs:
             names = {n.removesuffix("_bucket") for n in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{", e)}
             assert names <= PUBLISHED_METRICS, names - PUBLISHED_METRICS
-    for name, d in recipe_file("monitoring.yaml")["dashboards"].items():
+    for name, d in recipe_file("platform/monitoring.yaml")["dashboards"].items():
         assert re.fullmatch(
             r"https://raw\.githubusercontent\.com/ai-dynamo/dynamo/[0-9a-f]{40}/deploy/observability/"
             r"grafana_dashboards/[\w-]+\.json",

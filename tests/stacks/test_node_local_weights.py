@@ -352,7 +352,7 @@ def test_node_local_weights_only_where_the_raid_is_ours():
     assert not StorageConfig.model_validate({"nodeLocalWeights": False}).resolved_node_local_weights("eks")
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/aws.md"])
+@pytest.mark.parametrize("doc", ["docs/render-and-check.md", "docs/aws.md"])  # the first was README.md's
 def test_documented_paths_are_what_render_prints(doc, rendered):
     """The before/after tables' current column and the gb200-disagg path block are the estimates as committed."""
     text = (ROOT / doc).read_text()
@@ -477,6 +477,6 @@ def test_the_gpu_nodes_ask_nodeadm_for_the_array_the_prefetch_writes_to(stack, r
     docs = [d for d in yaml.safe_load_all(part.get_payload()) if d and d.get("kind") == "NodeConfig"]
     (storage,) = [d["spec"]["instance"]["localStorage"] for d in docs]
     assert storage["strategy"] in ("RAID0", "RAID10")
-    nvme = kimi_k3_data.recipe_file("storage.yaml")["nvme"]
+    nvme = kimi_k3_data.recipe_file("facts/storage.yaml")["nvme"]
     assert storage.get("mountPath", "/mnt/k8s-disks").rstrip("/") + "/0" == nvme["array_mount_point"]
     assert nvme["host_path"] == nvme["array_mount_point"] + node_local.node_local_fs_path()

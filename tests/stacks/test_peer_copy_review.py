@@ -79,8 +79,8 @@ def test_other_revisions_go_oldest_first_and_only_for_room(tmp_path):
 def test_the_copy_leaves_kubelets_eviction_reserve_free():
     """A copy that fits in free space but leaves the array below kubelet's hard-eviction threshold is not made: the
     workers read through the links instead of the node turning DiskPressure."""
-    total = 22_500 * 10**9  # p6e-gb200: 3 x 7.5 TB (recipes/storage.yaml)
-    missing = 1_560 * 10**9  # the checkpoint (recipes/storage.yaml fsx)
+    total = 22_500 * 10**9  # p6e-gb200: 3 x 7.5 TB (recipes/facts/storage.yaml)
+    missing = 1_560 * 10**9  # the checkpoint (recipes/facts/storage.yaml fsx)
     free = int(missing * wp.SPACE_MARGIN) + 10**9  # fits, with under 1% of the array left
     assert wp.too_full(missing, Usage(total, total - free, free)), "copies into kubelet's eviction reserve"
     assert not wp.too_full(missing, Usage(total, 0, total))

@@ -742,7 +742,7 @@ def test_migration_limit_in_every_form_the_frontend_reads():
 
 
 def test_frontend_migrates_requests_fails_on_the_old_render_of_every_stack(rendered):
-    """Every stack rendered before recipes/request-migration.yaml had no --migration-limit on its frontend (its only
+    """Every stack rendered before recipes/defaults/request-migration.yaml had no --migration-limit on its frontend (its only
     difference from today's render): the rule fails that form and passes today's, for each of the four stacks."""
     for stack, r in rendered.items():
         objects = json.loads(json.dumps(r.objects))

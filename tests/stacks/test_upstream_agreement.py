@@ -259,8 +259,8 @@ def test_upstream_keeps_compile_caches_in_tmp_and_we_keep_them_on_the_shared_vol
                     assert moved <= set(env), (stack, c["name"])
 
 
-# ------------------------------------------------------------------ KV block size (README "KV block size")
-# The KV block size every consumer uses is the one vLLM runs Kimi K3 with (README "KV block size").
+# ------------------------------------------------------------------ KV block size (docs/stacks.md "KV block size")
+# The KV block size every consumer uses is the one vLLM runs Kimi K3 with (docs/stacks.md "KV block size").
 #
 # vLLM's rule, transcribed from vllm/platforms/interface.py Platform._align_hybrid_block_size (non-"all" mamba cache
 # modes, which is what Kimi K3 runs: "none" without prefix caching, "align" with it):

@@ -14,7 +14,7 @@ from kimi_k3.offline.synth import RenderError
 
 
 def test_every_default_addon_version_is_in_the_set():
-    defaults = recipe_file("addons.yaml")
+    defaults = recipe_file("platform/addons.yaml")
     data = platform_set.platform_set()
     for key in data["upgradeOrder"]:
         assert str(defaults[key]["version"]) in data[key], key

@@ -123,7 +123,9 @@ def test_rehearsal_runs_vllms_aligned_block(monkeypatch):
 def test_recipe_block_size_vllm_would_raise_is_refused(monkeypatch):
     real = recipe.load_recipe
     monkeypatch.setattr(graph_mod, "load_recipe", lambda name: real(name).model_copy(update={"block_size": 64}))
-    with pytest.raises(StackError, match=r"recipes/gb300\.yaml: blockSize = 64: .* 1536-token blocks.*allowed: 1536"):
+    with pytest.raises(
+        StackError, match=r"recipes/profiles/gb300\.yaml: blockSize = 64: .* 1536-token blocks.*allowed: 1536"
+    ):
         load_stack("gb300", ROOT)
 
 

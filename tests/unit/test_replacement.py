@@ -3,7 +3,7 @@
 The provider cases are pulumi-kubernetes' TestPatchToDiff (provider/pkg/provider/diff_test.go @94977969d641):
 same old/new objects, same expected detailed diff (path -> add/update/delete, replace or not). The engine cases
 follow pulumi/pulumi pkg/resource/deploy/step_generator.go @1b5949891b3c (ignoreChanges, replaceOnChanges,
-providerChanged, protect); the AWS cases terraform-provider-aws' schema as recorded in recipes/aws-force-new.yaml.
+providerChanged, protect); the AWS cases terraform-provider-aws' schema as recorded in recipes/facts/aws-force-new.yaml.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The trace replay's report sections (issue 21, kimi_k3/rehearsal/trace_report.py) from metric samples written by
 hand: the hit rate per window, each role's load, the P:D ratio's sensitivity moving the expected way, the API's bill
-priced by hand from recipes/api-prices.yaml, and PNG plots that carry the figures they show."""
+priced by hand from recipes/facts/api-prices.yaml, and PNG plots that carry the figures they show."""
 
 from __future__ import annotations
 
