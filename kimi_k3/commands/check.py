@@ -23,6 +23,7 @@ import yaml
 from kimi_k3 import shape
 from kimi_k3.config.stack_files import StackError, project_root, stack_names, unknown_stack_message
 from kimi_k3.errors import UserError, did_you_mean, read_text, yaml_error_message
+from kimi_k3.shape import records as record_shapes
 from policies import rules
 from policies.rules import base, upgrades
 
@@ -155,7 +156,7 @@ def load(target: str) -> Loaded:
                 doc = json.loads(read_text(res_file, "resources"))
             except json.JSONDecodeError as exc:
                 raise UserError(f"{res_file}: not a kimi-k3 render's resources.json ({exc})") from None
-            _records(doc, shape.RENDER_RESOURCES, str(res_file), "a kimi-k3 render's resources.json")
+            _records(doc, record_shapes.RENDER_RESOURCES, str(res_file), "a kimi-k3 render's resources.json")
             records = doc["resources"]
             try:
                 resources = resource_infos(records)
@@ -210,11 +211,11 @@ def previous_records(path: str) -> list[dict]:
             f"--against {p}: not JSON ({exc}); allowed: resources.json or `pulumi stack export` output"
         ) from None
     if isinstance(doc, dict) and "deployment" in doc:
-        _records(doc, shape.STATE_EXPORT, f"--against {p}", "`pulumi stack export` output (deployment.resources)")
+        _records(doc, record_shapes.STATE_EXPORT, f"--against {p}", "`pulumi stack export` output (deployment.resources)")
         return records_from_state(doc)
     if not isinstance(doc, dict) or "resources" not in doc:
         raise UserError(f"--against {p}: no `resources` (render) or `deployment` (state export) in it")
-    _records(doc, shape.RENDER_RESOURCES, f"--against {p}", "a kimi-k3 render's resources.json")
+    _records(doc, record_shapes.RENDER_RESOURCES, f"--against {p}", "a kimi-k3 render's resources.json")
     return doc["resources"]
 
 
