@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kimi_k3 import shape
-from kimi_k3.commands.check import resource_infos
+from kimi_k3.commands.check_targets import resource_infos
 from kimi_k3.commands.main import main
 from kimi_k3.offline.synth import render_stack
 from kimi_k3.shape import kubernetes as shape_kubernetes
