@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import pulumi
@@ -10,6 +9,7 @@ import pulumi_aws as aws
 
 from components.aws.iam import Oidc, service_account_role
 from kimi_k3.aws import cluster as aws_cluster
+from kimi_k3.aws import iam
 from kimi_k3.aws import nodes as spec
 from kimi_k3.config.cluster import ClusterConfig
 
@@ -19,15 +19,6 @@ EKS_POLICIES = ("AmazonEKSClusterPolicy",)
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore")
 CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
 ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
-
-
-def _assume(service: str) -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
-        }
-    )
 
 
 class GpuClusterArgs:
@@ -151,7 +142,10 @@ class GpuCluster(pulumi.ComponentResource):
 
         # --- control plane ---
         cluster_role = aws.iam.Role(
-            f"{name}-cluster-role", assume_role_policy=_assume("eks.amazonaws.com"), tags=tags, opts=child()
+            f"{name}-cluster-role",
+            assume_role_policy=iam.service_trust_policy("eks.amazonaws.com"),
+            tags=tags,
+            opts=child(),
         )
         attachments = [
             aws.iam.RolePolicyAttachment(
@@ -231,7 +225,10 @@ class GpuCluster(pulumi.ComponentResource):
 
         # --- nodes ---
         node_role = aws.iam.Role(
-            f"{name}-node-role", assume_role_policy=_assume("ec2.amazonaws.com"), tags=tags, opts=child()
+            f"{name}-node-role",
+            assume_role_policy=iam.service_trust_policy("ec2.amazonaws.com"),
+            tags=tags,
+            opts=child(),
         )
         node_policies = [
             aws.iam.RolePolicyAttachment(

@@ -9,6 +9,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.aws.fetchers import weights_fetchers
 from components.aws.iam import Oidc, service_account_role
 from kimi_k3 import names
 from kimi_k3.aws import iam
@@ -17,15 +18,6 @@ from kimi_k3.aws import storage as aws_storage
 from kimi_k3.config.storage import StorageConfig
 from kimi_k3.facts.images import runtime_user
 from kimi_k3.k8s import model_cache
-from kimi_k3.names import FETCHER_ROLE
-
-CSI = {
-    "fsx-lustre": ("aws-fsx-csi-driver", "fsx.csi.aws.com"),
-    "efs": ("aws-efs-csi-driver", "efs.csi.aws.com"),
-    "s3": (aws_storage.MOUNTPOINT_ADDON, aws_storage.MOUNTPOINT_DRIVER),
-}
-# The CSI controllers' service accounts (EKS add-ons aws-fsx-csi-driver, aws-efs-csi-driver).
-CSI_CONTROLLER_SA = {"fsx-lustre": "fsx-csi-controller-sa", "efs": "efs-csi-controller-sa"}
 
 
 class ModelStorageArgs:
@@ -112,17 +104,6 @@ class ModelStorageArgs:
         self.namespace = namespace
 
 
-def _assume(service: str) -> str:
-    import json
-
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
-        }
-    )
-
-
 class ModelStorage(pulumi.ComponentResource):
     """The weights' store, protected and retained, bound to the model-cache PVC through a static PV (Retain).
 
@@ -144,7 +125,7 @@ class ModelStorage(pulumi.ComponentResource):
         s, kind, tags = args.storage, args.storage.resolved_kind, {"kimi-k3/stack": pulumi.get_stack(), **args.tags}
         keep = pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True)
         child = pulumi.ResourceOptions(parent=self)
-        addon_name, driver = CSI[kind]
+        addon_name, driver = aws_storage.CSI[kind]
         self.ready: list[pulumi.Resource] = []
         self.bucket_name: Optional[pulumi.Output[str]] = None
         mount_options: Optional[list[str]] = None
@@ -153,34 +134,16 @@ class ModelStorage(pulumi.ComponentResource):
             handle, attributes, mount_options, addon_args = self._s3(name, args, tags, keep, child)
         elif kind == "fsx-lustre":
             f = s.fsx
-            # FSx needs LNET (988, 1018-1023) from its clients; all traffic within the group both ways is what an
-            # EFA-enabled file system requires (FSx "EFA-enabled security groups"), harmless without EFA.
             sg = aws.ec2.SecurityGroup(
                 f"{name}-fsx-sg",
                 vpc_id=args.vpc_id,
-                description="FSx for Lustre: LNET from the VPC, all within",
-                ingress=[
-                    {"protocol": "tcp", "from_port": 988, "to_port": 988, "cidr_blocks": [args.vpc_cidr]},
-                    {"protocol": "tcp", "from_port": 1018, "to_port": 1023, "cidr_blocks": [args.vpc_cidr]},
-                    {"protocol": "-1", "from_port": 0, "to_port": 0, "self": True},
-                ],
-                egress=[
-                    {"protocol": "-1", "from_port": 0, "to_port": 0, "self": True},
-                    {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]},
-                ],
+                **aws_storage.fsx_security_group(args.vpc_cidr),
                 tags=tags,
                 opts=child,
             )
             fs = aws.fsx.LustreFileSystem(
                 f"{name}-fsx",
-                deployment_type="PERSISTENT_2",
-                storage_type="SSD",
-                storage_capacity=f.storage_capacity_gib,
-                per_unit_storage_throughput=f.per_unit_storage_throughput,
-                file_system_type_version=f.file_system_type_version,
-                efa_enabled=f.efa_enabled,
-                metadata_configuration={"mode": "AUTOMATIC"},
-                data_compression_type="NONE",
+                **aws_storage.fsx_filesystem(f),
                 subnet_ids=args.subnet_id,
                 security_group_ids=[sg.id],
                 tags={**tags, "Name": f"{name}-fsx"},
@@ -188,16 +151,11 @@ class ModelStorage(pulumi.ComponentResource):
             )
             self.ready.append(fs)
             if f.s3_import_path:
-                # Weights pre-staged in the user's bucket appear in the cache path and load lazily from S3.
                 self.ready.append(
                     aws.fsx.DataRepositoryAssociation(
                         f"{name}-s3-import",
                         file_system_id=fs.id,
-                        data_repository_path=f.s3_import_path,
-                        file_system_path=args.cache_path_in_fs,
-                        batch_import_meta_data_on_create=True,
-                        s3={"auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]}},
-                        delete_data_in_filesystem=False,
+                        **aws_storage.fsx_s3_import(f.s3_import_path, args.cache_path_in_fs),
                         tags=tags,
                         # Kept with the filesystem: a path holds one association, so a recreated one would collide.
                         opts=pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True),
@@ -265,7 +223,6 @@ class ModelStorage(pulumi.ComponentResource):
     ):
         """The weights bucket (protected, retained, never force-destroyed), the fetchers that fill it from t=0, and
         the Mountpoint driver's read-only access (IRSA)."""
-        s3 = args.storage.s3
         bucket = aws.s3.Bucket(
             f"{name}-weights",
             bucket_prefix="kimi-k3-weights-",
@@ -274,96 +231,14 @@ class ModelStorage(pulumi.ComponentResource):
             opts=keep,
         )
         aws.s3.BucketPublicAccessBlock(
-            f"{name}-weights-private",
-            bucket=bucket.id,
-            block_public_acls=True,
-            block_public_policy=True,
-            ignore_public_acls=True,
-            restrict_public_buckets=True,
-            opts=child,
+            f"{name}-weights-private", bucket=bucket.id, **aws_storage.private_bucket(), opts=child
         )
         self.bucket_name = bucket.bucket
         self.filesystem_id = bucket.bucket
         if args.parked:
             self.ready += [bucket]
             return None, None, None, {}
-        prefix = args.cache_path_in_fs.strip("/")
-        # The token reaches the fetchers through Secrets Manager, never through user data (visible to ec2:Describe*).
-        secret = aws.secretsmanager.Secret(f"{name}-hf-token", recovery_window_in_days=0, tags=tags, opts=child)
-        version = aws.secretsmanager.SecretVersion(
-            f"{name}-hf-token-value", secret_id=secret.id, secret_string=args.hf_token, opts=child
-        )
-        role = aws.iam.Role(
-            f"{name}-fetcher-role", assume_role_policy=_assume("ec2.amazonaws.com"), tags=tags, opts=child
-        )
-        policy = aws.iam.RolePolicy(
-            f"{name}-fetcher-policy",
-            role=role.id,
-            policy=pulumi.Output.all(bucket.arn, secret.arn).apply(lambda a: iam.fetcher_policy(a[0], a[1])),
-            opts=child,
-        )
-        profile = aws.iam.InstanceProfile(f"{name}-fetcher-profile", role=role.name, tags=tags, opts=child)
-        sg = aws.ec2.SecurityGroup(
-            f"{name}-fetcher-sg",
-            vpc_id=args.vpc_id,
-            description="weights fetchers: egress only (Hub over NAT, S3 over the endpoint)",
-            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
-            tags=tags,
-            opts=child,
-        )
-        template = aws.ec2.LaunchTemplate(
-            f"{name}-fetcher-lt",
-            image_id=aws_storage.FETCHER_AMI,
-            instance_type=s3.fetcher_instance_type,
-            iam_instance_profile={"arn": profile.arn},
-            vpc_security_group_ids=[sg.id],
-            instance_initiated_shutdown_behavior="terminate",
-            metadata_options={"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 1},
-            block_device_mappings=[
-                {
-                    "device_name": "/dev/xvda",
-                    "ebs": {
-                        # Room for pip, the AL2023 image and hf_xet's chunk cache (under ~/.cache; 10 GB by default).
-                        "volume_size": 100,
-                        "volume_type": "gp3",
-                        "delete_on_termination": "true",
-                        "encrypted": "true",
-                    },
-                }
-            ],
-            tags=tags,
-            opts=child,
-        )
-        fetchers = []
-        for i in range(s3.fetchers):
-            user_data = pulumi.Output.all(bucket.bucket, secret.arn).apply(
-                lambda a, i=i: spec.b64(
-                    aws_storage.fetcher_user_data(
-                        bucket=a[0],
-                        prefix=prefix,
-                        repo=args.model_repo,
-                        revision=args.model_revision,
-                        secret_arn=a[1],
-                        region=args.region,
-                        index=i,
-                        count=s3.fetchers,
-                        hub_version=args.hub_version,
-                        deadline_seconds=args.fetch_deadline_seconds,
-                    )
-                )
-            )
-            fetchers.append(
-                aws.ec2.Instance(
-                    f"{name}-fetcher-{i}",
-                    launch_template={"id": template.id, "version": "$Latest"},
-                    subnet_id=args.fetcher_subnet_id,
-                    user_data_base64=user_data,
-                    tags={**tags, "Name": f"{name}-fetcher-{i}", "kimi-k3/role": FETCHER_ROLE},
-                    # A changed revision or share launches new fetchers; they skip what the bucket already holds.
-                    user_data_replace_on_change=True,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[version, policy, *args.egress_ready]),
-                )
-            )
+        fetchers = weights_fetchers(name, args, bucket, tags, self)
         # Mountpoint's node plugin reads the bucket with its own service account's role (EKS add-on guide: IRSA).
         driver_role, _ = service_account_role(
             f"{name}-mountpoint-role", args.oidc, "kube-system", aws_storage.MOUNTPOINT_SERVICE_ACCOUNT, [], self, tags
@@ -375,11 +250,9 @@ class ModelStorage(pulumi.ComponentResource):
             opts=child,
         )
         self.ready += [bucket, *fetchers, driver_policy]
-        # The node plugin must run on the tainted GPU nodes: the chart's default tolerates no taint
-        # (mountpoint-s3-csi-driver chart README: node.tolerateAllTaints, default false).
         addon_args = {
             "service_account_role_arn": driver_role.arn,
-            "configuration_values": '{"node":{"tolerateAllTaints":true}}',
+            "configuration_values": aws_storage.MOUNTPOINT_ADDON_CONFIGURATION,
         }
         return (
             bucket.bucket,
@@ -396,7 +269,9 @@ class ModelStorage(pulumi.ComponentResource):
         would need AmazonFSxFullAccess / AmazonEFSCSIDriverPolicy on this role (docs/aws.md)."""
         if args.oidc is None:
             return {}
-        role, _ = service_account_role(name, args.oidc, "kube-system", CSI_CONTROLLER_SA[kind], [], self, tags)
+        role, _ = service_account_role(
+            name, args.oidc, "kube-system", aws_storage.CSI_CONTROLLER_SA[kind], [], self, tags
+        )
         return {"service_account_role_arn": role.arn}
 
     def _efs(
@@ -409,19 +284,11 @@ class ModelStorage(pulumi.ComponentResource):
         throughput_mode: str,
     ):
         sg = aws.ec2.SecurityGroup(
-            f"{name}-sg",
-            vpc_id=args.vpc_id,
-            description="EFS: NFS from the VPC",
-            ingress=[{"protocol": "tcp", "from_port": 2049, "to_port": 2049, "cidr_blocks": [args.vpc_cidr]}],
-            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
-            tags=tags,
-            opts=child,
+            f"{name}-sg", vpc_id=args.vpc_id, **aws_storage.efs_security_group(args.vpc_cidr), tags=tags, opts=child
         )
         fs = aws.efs.FileSystem(
             name,
-            encrypted=True,
-            performance_mode="generalPurpose",
-            throughput_mode=throughput_mode,
+            **aws_storage.efs_filesystem(throughput_mode),
             tags={**tags, "Name": name},
             opts=fs_opts,
         )
@@ -452,7 +319,7 @@ class ModelStorage(pulumi.ComponentResource):
         addon = efs_addon or aws.eks.Addon(
             f"{name}-efs-csi-driver",
             cluster_name=args.cluster_name,
-            addon_name=CSI["efs"][0],
+            addon_name=aws_storage.CSI["efs"][0],
             resolve_conflicts_on_create="OVERWRITE",
             tags=tags,
             **self._controller_identity(f"{name}-efs-csi-controller", "efs", args, tags),
@@ -471,7 +338,7 @@ class ModelStorage(pulumi.ComponentResource):
         pv = aws_storage.static_pv(
             claim,
             model_cache.COMPILE_CACHE_GI,
-            CSI["efs"][1],
+            aws_storage.CSI["efs"][1],
             handle,
             {},
             args.claim_namespace,

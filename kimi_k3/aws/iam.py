@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from typing import Any
 
 from kimi_k3.aws.cluster import addon_version_problems, cni_ordering_problems
 from kimi_k3.aws.storage import MOUNTPOINT_ADDON
+
+
+def service_trust_policy(service: str) -> str:
+    """The trust policy letting an AWS service (eks.amazonaws.com, ec2.amazonaws.com) assume a role."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+        }
+    )
 
 
 def irsa_trust_policy(provider_arn: str, issuer_url: str, namespace: str, service_account: str) -> str:

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from kimi_k3.config.base import ConfigError
 from kimi_k3.config.stack import StackConfig
+from kimi_k3.config.storage import FsxConfig
 from kimi_k3.facts.aws import load_aws_facts
 from kimi_k3.pods import program_path
 
@@ -75,6 +76,20 @@ MOUNTPOINT_DRIVER = "s3.csi.aws.com"
 
 
 MOUNTPOINT_SERVICE_ACCOUNT = "s3-csi-driver-sa"  # the add-on's node service account in kube-system (same guide)
+
+
+# Per storage kind: the EKS add-on that installs its CSI driver, and the driver's name in a PV.
+CSI = {
+    "fsx-lustre": ("aws-fsx-csi-driver", "fsx.csi.aws.com"),
+    "efs": ("aws-efs-csi-driver", "efs.csi.aws.com"),
+    "s3": (MOUNTPOINT_ADDON, MOUNTPOINT_DRIVER),
+}
+# The CSI controllers' service accounts (EKS add-ons aws-fsx-csi-driver, aws-efs-csi-driver).
+CSI_CONTROLLER_SA = {"fsx-lustre": "fsx-csi-controller-sa", "efs": "efs-csi-controller-sa"}
+# The node plugin must run on the tainted GPU nodes: the chart's default tolerates no taint
+# (mountpoint-s3-csi-driver chart README: node.tolerateAllTaints, default false).
+MOUNTPOINT_ADDON_CONFIGURATION = '{"node":{"tolerateAllTaints":true}}'
+ALL_EGRESS = [{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}]
 
 
 def is_local_zone(zone: str, region: str) -> bool:
@@ -202,3 +217,93 @@ def fsx_security_group_problems(ingress: list[dict[str, Any]], egress: list[dict
     if not has(egress, self_all):
         problems.append("no outbound all-traffic rule to the group itself")
     return problems
+
+
+def fsx_security_group(vpc_cidr: str) -> dict[str, Any]:
+    """FSx needs LNET (988, 1018-1023) from its clients; all traffic within the group both ways is what an
+    EFA-enabled file system requires (FSx "EFA-enabled security groups"), harmless without EFA."""
+    return {
+        "description": "FSx for Lustre: LNET from the VPC, all within",
+        "ingress": [
+            {"protocol": "tcp", "from_port": 988, "to_port": 988, "cidr_blocks": [vpc_cidr]},
+            {"protocol": "tcp", "from_port": 1018, "to_port": 1023, "cidr_blocks": [vpc_cidr]},
+            {"protocol": "-1", "from_port": 0, "to_port": 0, "self": True},
+        ],
+        "egress": [{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}, *ALL_EGRESS],
+    }
+
+
+def fsx_filesystem(fsx: FsxConfig) -> dict[str, Any]:
+    """The weights' FSx for Lustre file system, as `kimi-k3:storage.fsx` sizes it (subnet and groups aside)."""
+    return {
+        "deployment_type": "PERSISTENT_2",
+        "storage_type": "SSD",
+        "storage_capacity": fsx.storage_capacity_gib,
+        "per_unit_storage_throughput": fsx.per_unit_storage_throughput,
+        "file_system_type_version": fsx.file_system_type_version,
+        "efa_enabled": fsx.efa_enabled,
+        "metadata_configuration": {"mode": "AUTOMATIC"},
+        "data_compression_type": "NONE",
+    }
+
+
+def fsx_s3_import(s3_import_path: str, cache_path_in_fs: str) -> dict[str, Any]:
+    """Weights pre-staged in the user's bucket appear in the cache path and load lazily from S3."""
+    return {
+        "data_repository_path": s3_import_path,
+        "file_system_path": cache_path_in_fs,
+        "batch_import_meta_data_on_create": True,
+        "s3": {"auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]}},
+        "delete_data_in_filesystem": False,
+    }
+
+
+def efs_security_group(vpc_cidr: str) -> dict[str, Any]:
+    return {
+        "description": "EFS: NFS from the VPC",
+        "ingress": [{"protocol": "tcp", "from_port": 2049, "to_port": 2049, "cidr_blocks": [vpc_cidr]}],
+        "egress": list(ALL_EGRESS),
+    }
+
+
+def efs_filesystem(throughput_mode: str) -> dict[str, Any]:
+    return {"encrypted": True, "performance_mode": "generalPurpose", "throughput_mode": throughput_mode}
+
+
+def private_bucket() -> dict[str, Any]:
+    """The weights bucket's public access block: nothing in it is ever public."""
+    return {
+        "block_public_acls": True,
+        "block_public_policy": True,
+        "ignore_public_acls": True,
+        "restrict_public_buckets": True,
+    }
+
+
+def fetcher_security_group() -> dict[str, Any]:
+    return {
+        "description": "weights fetchers: egress only (Hub over NAT, S3 over the endpoint)",
+        "egress": list(ALL_EGRESS),
+    }
+
+
+def fetcher_launch_template(instance_type: str) -> dict[str, Any]:
+    """The fetchers' launch template (profile and security group aside): IMDSv2 only, terminated on power-off."""
+    return {
+        "image_id": FETCHER_AMI,
+        "instance_type": instance_type,
+        "instance_initiated_shutdown_behavior": "terminate",
+        "metadata_options": {"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 1},
+        "block_device_mappings": [
+            {
+                "device_name": "/dev/xvda",
+                "ebs": {
+                    # Room for pip, the AL2023 image and hf_xet's chunk cache (under ~/.cache; 10 GB by default).
+                    "volume_size": 100,
+                    "volume_type": "gp3",
+                    "delete_on_termination": "true",
+                    "encrypted": "true",
+                },
+            }
+        ],
+    }

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kimi_k3 import flags
-from kimi_k3.commands import check
+from kimi_k3.commands import check_targets
 from kimi_k3.offline import replacement
 from policies import rules
 from policies.rules import base as rules_base
@@ -40,9 +40,9 @@ def _identity(obj: dict) -> tuple:
 
 
 def load_render(directory: Path) -> Render:
-    objects = check.yaml_objects((directory / "manifests.yaml").read_text())
+    objects = check_targets.yaml_objects((directory / "manifests.yaml").read_text())
     doc = json.loads((directory / "resources.json").read_text())
-    violations, skipped = rules.run_all(objects, check.resource_infos(doc["resources"]))
+    violations, skipped = rules.run_all(objects, check_targets.resource_infos(doc["resources"]))
     manifests = {_identity(o): o for o in objects}
     resources = {}
     for r in doc["resources"]:

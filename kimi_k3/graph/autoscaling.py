@@ -288,20 +288,23 @@ def profile_files(graph, mode: str) -> dict[str, str]:
     """The planner's profile_results_dir from the calibrated performance model (kimi_k3/sizing/perf.py): the mocker tables
     the rehearsal uses, as the profiler's raw data (dynamo/profiler/utils/profile_prefill.py, profile_decode.py)."""
     from kimi_k3.graph import role_plans
-    from kimi_k3.sizing import mocker, perf
+    from kimi_k3.sizing import layout as perf_layout
+    from kimi_k3.sizing import mocker
 
     f = facts()
     by_type = {("prefill" if r.type == "prefill" else "decode"): r for r in graph.roles}
     decode = by_type["decode"]
     prefill = by_type.get("prefill", decode)
-    layout = perf.Layout.from_roles(
-        perf.RoleLayout(r.key, "prefill" if r.type == "prefill" else "decode", graph.platform.name, r.tp, r.replicas)
+    layout = perf_layout.Layout.from_roles(
+        perf_layout.RoleLayout(
+            r.key, "prefill" if r.type == "prefill" else "decode", graph.platform.name, r.tp, r.replicas
+        )
         for r in graph.roles
     )
     max_kv = role_plans.role_kv_plans(graph)[decode.key].single_request_tokens
     try:
         table = mocker.mocker_profile(layout, resolution=f["profile_resolution"], max_active_kv_tokens=max_kv)
-    except perf.PerfError as exc:
+    except perf_layout.PerfError as exc:
         raise ConfigError(
             f"{KEY}.enabled = true: the performance model has no numbers for this layout ({exc}); "
             "the planner's profile data comes from it; allowed: false, or a layout kimi-k3 plan "

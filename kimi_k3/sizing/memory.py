@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Optional
 
 from kimi_k3 import flags as argv_flags
 from kimi_k3.facts.model import CONTEXTS, GB, GIB, MIB, ModelFacts, checkpoint_bytes, load_model_facts, weight_groups
 from kimi_k3.facts.platforms import Platform, StorageBackend, load_platforms
+from kimi_k3.sizing.aic_table import raw_table
 
 
 def _prefix_caching(tokens) -> bool:
@@ -307,3 +308,35 @@ def memory_fit(gpu: str, tp: int, **kwargs: Any) -> tuple[bool, str]:
         f"{plan.weights_bytes_per_gpu / GB:.1f} GB/GPU, KV pool {plan.pool_bytes / GIB:.1f} GiB/GPU, one request "
         f"needs {plan.request_bytes_at_max_len / GIB:.1f} GiB (margin {plan.fit_margin_gib:+.1f} GiB)"
     )
+
+
+def memory_comparison(gpu: str, tp: int) -> Optional[dict[str, Any]]:
+    """Our per-GPU weights and HBM next to aiconfigurator's (GiB), with the difference taken apart.
+
+    Two terms explain it: aiconfigurator counts the MXFP4 routed experts at 4 bits per value, without the E8M0
+    scale (8 bits per 32 values, +6.25% of the experts), and leaves the vision tower (kept whole on every GPU
+    by --mm-encoder-tp-mode data) out of the weights. What remains is `residual_gib`."""
+    theirs = raw_table().get("memory_gib_per_gpu", {}).get(f"{gpu} tp{tp}")
+    if theirs is None:
+        return None
+    gib = 2**30
+    m = load_model_facts()
+    ours = weights_bytes_per_gpu(m, tp)
+    groups = weight_groups(m)
+    scale_bits = m.routed_expert_bits - 4
+    scales = sum(g.params * scale_bits / 8 / tp for g in groups if g.kind == "routed_experts")
+    vision = sum(g.bytes for g in groups if g.kind == "vision")
+    hbm = load_platforms()[gpu].hbm_gb * 1e9
+    return {
+        "ours_weights_gib": round(ours / gib, 2),
+        "aiconfigurator_weights_gib": round(theirs["weights"], 2),
+        "difference_gib": round(ours / gib - theirs["weights"], 2),
+        "mxfp4_scales_gib": round(scales / gib, 2),
+        "vision_tower_gib": round(vision / gib, 2),
+        "residual_gib": round((ours - scales - vision) / gib - theirs["weights"], 2),
+        "ours_hbm_gib": round(hbm / gib, 2),
+        "aiconfigurator_hbm_gib": round(theirs["hbm_bytes"] / gib, 2),
+        "aiconfigurator_activations_nccl_other_gib": round(
+            theirs["activations"] + theirs["nccl"] + theirs["others"], 2
+        ),
+    }

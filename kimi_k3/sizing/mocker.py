@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from kimi_k3.sizing import aiconfigurator as aic
-from kimi_k3.sizing.perf import DEFAULT_OSL, Layout, PerfError, calibration, raw_estimate
+from kimi_k3.sizing.aic_table import raw_estimate
+from kimi_k3.sizing.calibration import calibration
+from kimi_k3.sizing.layout import DEFAULT_OSL, Layout, PerfError
 
 
 def mocker_profile(

@@ -7,18 +7,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from kimi_k3.sizing import aiconfigurator as aic
-from kimi_k3.sizing.perf import (
-    PLAIN,
-    Estimate,
-    Exclusions,
-    Layout,
-    PerfError,
-    Speculation,
-    Workload,
-    candidate_layouts,
-    estimate,
-    usd_per_million_output_tokens,
-)
+from kimi_k3.sizing.exclusions import Exclusions
+from kimi_k3.sizing.layout import PLAIN, Layout, PerfError, Speculation, Workload, candidate_layouts
+from kimi_k3.sizing.perf import Estimate, estimate, usd_per_million_output_tokens
 
 
 @dataclass(frozen=True)

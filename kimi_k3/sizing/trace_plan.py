@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from kimi_k3.sizing import perf
+from kimi_k3.sizing import aic_table
+from kimi_k3.sizing.layout import DEFAULT_CONCURRENCY_PER_DECODE_WORKER, PerfError
 from kimi_k3.sizing.trace_cache import Request, cacheable_tokens, span_seconds
 
 
@@ -16,7 +17,7 @@ def trace_load(requests: Sequence[Request], block_size: int) -> dict[str, float]
     """Mean input, uncached input (with the best cache) and output tokens a request, and the arrival rate."""
     span = span_seconds(requests)
     if len(requests) < 2 or span <= 0:
-        raise perf.PerfError("a P:D ratio needs an arrival rate: at least two requests at different timestamps")
+        raise PerfError("a P:D ratio needs an arrival rate: at least two requests at different timestamps")
     n = len(requests)
     cached = cacheable_tokens(requests, block_size)
     return {
@@ -36,7 +37,7 @@ def pd_ratio(
     prefill_tp: int,
     decode_tp: int,
     block_size: int,
-    decode_batch: int = perf.DEFAULT_CONCURRENCY_PER_DECODE_WORKER,
+    decode_batch: int = DEFAULT_CONCURRENCY_PER_DECODE_WORKER,
 ) -> dict[str, Any]:
     """Workers of each role the trace's arrival rate needs, and their ratio. A prefill worker's rate is taken at
     the mean uncached input (the new tokens alone: cached prefixes skip that compute), a decode worker's at the
@@ -53,10 +54,10 @@ def pd_ratio(
         osl=osl,
         decode_batch=decode_batch,
     )
-    prefill_raw, prefill_src = perf.raw_estimate({**base, "isl": new}, live=False)
-    decode_raw, decode_src = perf.raw_estimate({**base, "isl": isl}, live=False)
-    prefill_rps = prefill_raw[perf.RATES[0]] * perf.PREFILL_SCALE
-    decode_rps = decode_raw[perf.RATES[1]] * perf.DECODE_SCALE
+    prefill_raw, prefill_src = aic_table.raw_estimate({**base, "isl": new}, live=False)
+    decode_raw, decode_src = aic_table.raw_estimate({**base, "isl": isl}, live=False)
+    prefill_rps = prefill_raw[aic_table.RATES[0]] * aic_table.PREFILL_SCALE
+    decode_rps = decode_raw[aic_table.RATES[1]] * aic_table.DECODE_SCALE
     rate = load["arrival_rate_per_s"]
     p_need, d_need = rate / prefill_rps, rate / decode_rps
     p_gpus, d_gpus = p_need * prefill_tp, d_need * decode_tp

@@ -10,14 +10,15 @@ import pytest
 from kimi_k3.blueprint import stack_plan
 from kimi_k3.commands import main as cli
 from kimi_k3.data import recipe_file
-from kimi_k3.sizing import perf
+from kimi_k3.sizing import aic_table, api_cost, perf
+from kimi_k3.sizing import layout as perf_layout
 
 STACKS = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
 
 
 @pytest.fixture(autouse=True)
 def _table_only(monkeypatch):
-    monkeypatch.setattr(perf, "_live", lambda: False)
+    monkeypatch.setattr(aic_table, "_live", lambda: False)
 
 
 def _json(capsys, *argv: str) -> dict:
@@ -25,19 +26,21 @@ def _json(capsys, *argv: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-K3 = perf.ApiPrice("kimi-k3", 3.00, 0.30, 15.00, "test", "2026-12-01")
+K3 = api_cost.ApiPrice("kimi-k3", 3.00, 0.30, 15.00, "test", "2026-12-01")
 
 
 def test_api_bill_by_hand():
     # 8,000 in (half cached), 1,000 out: 4,000 x $3 + 4,000 x $0.30 + 1,000 x $15 per million = $0.0282
-    w = perf.Workload(8000, 1000, cache_hit_rate=0.5)
+    w = perf_layout.Workload(8000, 1000, cache_hit_rate=0.5)
     assert K3.per_request(w) == pytest.approx(0.0282)
-    assert K3.per_request(perf.Workload(8000, 1000)) == pytest.approx(0.039)  # no hits: 24,000 + 15,000
+    assert K3.per_request(perf_layout.Workload(8000, 1000)) == pytest.approx(0.039)  # no hits: 24,000 + 15,000
 
 
 def test_break_even_by_hand():
-    w = perf.Workload(8000, 1000, cache_hit_rate=0.5)
-    c = perf.cost_vs_api(w, K3, capacity_rps=3.0, bases={"capacity_block_billed_whole": 761.904, "gpus_used": 253.968})
+    w = perf_layout.Workload(8000, 1000, cache_hit_rate=0.5)
+    c = api_cost.cost_vs_api(
+        w, K3, capacity_rps=3.0, bases={"capacity_block_billed_whole": 761.904, "gpus_used": 253.968}
+    )
     assert c["api_usd_per_request"] == pytest.approx(0.0282)
     assert c["api_usd_per_million_output_tokens"] == pytest.approx(28.2)  # $0.0282 / 1,000 tokens
     assert c["requests_per_second"] == 3.0  # kept busy: at capacity
@@ -52,7 +55,7 @@ def test_break_even_by_hand():
     assert used["break_even_utilization"] == pytest.approx(0.8339, abs=1e-4)
     assert used["break_even_reachable"] and used["cheaper_than_api"]
     # at a given, lower load the block costs more per request; the break-even does not move
-    low = perf.cost_vs_api(w, K3, 3.0, {"gpus_used": 253.968}, request_rate=1.0)["bases"]["gpus_used"]
+    low = api_cost.cost_vs_api(w, K3, 3.0, {"gpus_used": 253.968}, request_rate=1.0)["bases"]["gpus_used"]
     assert low["usd_per_request"] == pytest.approx(253.968 / 3600, abs=1e-6) and not low["cheaper_than_api"]
     assert low["break_even_requests_per_second"] == used["break_even_requests_per_second"]
 
@@ -108,7 +111,7 @@ def test_api_model_and_price_overrides(capsys):
 
 
 def test_price_recipe_has_source_and_date_for_every_model():
-    default, prices = perf.api_prices()
+    default, prices = api_cost.api_prices()
     assert default == "kimi-k3"
     assert (prices["kimi-k3"].input_cache_miss, prices["kimi-k3"].input_cache_hit, prices["kimi-k3"].output) == (
         3.0,
@@ -133,9 +136,9 @@ def test_bad_price_in_the_recipe_names_file_key_and_value(monkeypatch, value, sh
             out["models"]["kimi-k3"]["output"] = value
         return out
 
-    monkeypatch.setattr(perf, "recipe_file", patched)
-    with pytest.raises(perf.PerfError) as err:
-        perf.api_prices()
+    monkeypatch.setattr(api_cost, "recipe_file", patched)
+    with pytest.raises(perf_layout.PerfError) as err:
+        api_cost.api_prices()
     assert "recipes/facts/api-prices.yaml: models.kimi-k3.output" in str(err.value) and shown in str(err.value)
 
 
@@ -144,7 +147,9 @@ def test_plan_with_a_bad_price_recipe_is_one_message_not_a_traceback(monkeypatch
         perf,
         "api_prices",
         lambda: (_ for _ in ()).throw(
-            perf.PerfError("recipes/facts/api-prices.yaml: models.kimi-k3.output = -1; allowed: a finite number >= 0")
+            perf_layout.PerfError(
+                "recipes/facts/api-prices.yaml: models.kimi-k3.output = -1; allowed: a finite number >= 0"
+            )
         ),
     )
     assert cli.main(["plan", "gb300"]) == 2

@@ -15,8 +15,10 @@ import pytest
 from kimi_k3.blueprint import stack_plan
 from kimi_k3.commands import main as cli
 from kimi_k3.commands import plan_perf
+from kimi_k3.sizing import aic_table, perf
 from kimi_k3.sizing import aiconfigurator as aic
-from kimi_k3.sizing import perf
+from kimi_k3.sizing import calibration as perf_calibration
+from kimi_k3.sizing import layout as perf_layout
 
 STACKS = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
 LAUNCH = "_posts/2026-07-27-k3.md"
@@ -26,7 +28,7 @@ PUBLISHED = {(8, "none"): 111, (16, "none"): 118, (8, "dspark"): 331, (16, "dspa
 
 @pytest.fixture(autouse=True)
 def _table_only(monkeypatch):
-    monkeypatch.setattr(perf, "_live", lambda: False)
+    monkeypatch.setattr(aic_table, "_live", lambda: False)
 
 
 def _json(capsys, *argv: str, code: int = 0) -> dict:
@@ -34,9 +36,11 @@ def _json(capsys, *argv: str, code: int = 0) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def _single_user(tp: int, spec: perf.Speculation, mode: str = "agg") -> float:
-    layout = perf.Layout("gb300", "agg", tp, 1, speculation=spec)
-    return perf.estimate(layout, perf.Workload(8192, 1024, 1), live=False).calibrated["tokens_per_second_per_user"]
+def _single_user(tp: int, spec: perf_layout.Speculation, mode: str = "agg") -> float:
+    layout = perf_layout.Layout("gb300", "agg", tp, 1, speculation=spec)
+    return perf.estimate(layout, perf_layout.Workload(8192, 1024, 1), live=False).calibrated[
+        "tokens_per_second_per_user"
+    ]
 
 
 # ---------------------------------------------------------------- what the figures describe
@@ -44,7 +48,7 @@ def _single_user(tp: int, spec: perf.Speculation, mode: str = "agg") -> float:
 
 def test_the_launch_posts_four_gb300_points_are_measurements_with_their_section():
     found = {}
-    for m in perf.measurements():
+    for m in perf_calibration.measurements():
         if LAUNCH in m["source"]:
             assert m["source"].endswith("#serving-performance"), m["id"]
             c = m["config"]
@@ -59,7 +63,7 @@ def test_every_stack_is_modelled_without_speculation_as_its_flags_say(stack, cap
     out = _json(capsys, stack)["performance"]
     assert out["speculation"] == "no speculative decoding"
     assert out["speculation_speedup"] == 1.0
-    assert plan_perf.stack_speculation(stack) == perf.PLAIN
+    assert plan_perf.stack_speculation(stack) == perf_layout.PLAIN
 
 
 def test_a_speculative_config_in_a_recipe_turns_speculation_on(monkeypatch):
@@ -83,23 +87,23 @@ def test_a_speculative_config_in_a_recipe_turns_speculation_on(monkeypatch):
 
 def test_gb300_single_user_figures_are_within_15_percent_of_the_launch_post():
     """The issue's "done when": plain decoding as the stacks run it, and a DSpark layout, at batch 1."""
-    dspark = perf.speculation_from_config({"method": "dspark", "num_speculative_tokens": 7})
+    dspark = perf_layout.speculation_from_config({"method": "dspark", "num_speculative_tokens": 7})
     for (tp, kind), published in PUBLISHED.items():
-        modelled = _single_user(tp, perf.PLAIN if kind == "none" else dspark)
+        modelled = _single_user(tp, perf_layout.PLAIN if kind == "none" else dspark)
         assert abs(modelled / published - 1) <= 0.15, (tp, kind, modelled, published)
     # the gb300 stack itself (2 x TP8), one request per worker
     layout = plan_perf.layout_of(stack_plan("gb300"))
-    e = perf.estimate(layout, perf.Workload(8192, 1024, layout.replicas), live=False)
+    e = perf.estimate(layout, perf_layout.Workload(8192, 1024, layout.replicas), live=False)
     assert abs(e.calibrated["tokens_per_second_per_user"] / PUBLISHED[(8, "none")] - 1) <= 0.15
 
 
 def test_fitted_and_held_out_figures_are_apart_and_every_configuration_is_held_out():
-    rows = perf.calibration_report()
+    rows = perf_calibration.calibration_report()
     fitted = {r["id"] for r in rows if r["use"] == "calibrate"}
     held = [r for r in rows if r["use"] == "held_out"]
     assert {"vllm-launch-gb300-tp8-c1-plain", "vllm-launch-gb300-tp8-c1-dspark"} <= fitted
     assert {r["id"] for r in held} >= {"vllm-launch-gb300-tp16-c1-plain", "vllm-launch-gb300-tp16-c1-dspark"}
-    errors = perf.held_out_errors()
+    errors = perf_calibration.held_out_errors()
     assert set(errors) == {"plain decoding", "dspark speculative decoding"}
     for r in held:  # every figure the fit never saw, within 15%
         assert abs(r["calibrated_error"]) <= 0.15, r
@@ -109,8 +113,8 @@ def test_fitted_and_held_out_figures_are_apart_and_every_configuration_is_held_o
 
 def test_calibration_parameters_come_only_from_calibrate_figures(monkeypatch):
     """Moving a held-out figure must not move the model; moving a fitted one must."""
-    base = perf.calibration()
-    original = perf.measurements()
+    base = perf_calibration.calibration()
+    original = perf_calibration.measurements()
 
     def patched(which: str, factor: float):
         ms = json.loads(json.dumps(original))
@@ -125,26 +129,26 @@ def test_calibration_parameters_come_only_from_calibrate_figures(monkeypatch):
         ("vllm-launch-gb300-tp8-c1-plain", True),
         ("vllm-launch-gb300-tp8-c1-dspark", True),
     ):
-        monkeypatch.setattr(perf, "measurements", lambda w=which: patched(w, 1.3))
-        perf.calibration.cache_clear()
+        monkeypatch.setattr(perf_calibration, "measurements", lambda w=which: patched(w, 1.3))
+        perf_calibration.calibration.cache_clear()
         try:
-            moved = perf.calibration()
+            moved = perf_calibration.calibration()
         finally:
-            perf.calibration.cache_clear()
+            perf_calibration.calibration.cache_clear()
         same = (moved.decode_factor, moved.verify_cost) == (base.decode_factor, base.verify_cost)
         assert same is not moves, which
 
 
 def test_speculation_gain_falls_with_batch_and_follows_the_acceptance_length():
-    layout = perf.Layout("gb300", "agg", 8, 1)
-    cal = perf.calibration()
-    low = perf.Speculation("dspark", 7, 4.73)
-    high = perf.Speculation("dspark", 7, 2.61)
+    layout = perf_layout.Layout("gb300", "agg", 8, 1)
+    cal = perf_calibration.calibration()
+    low = perf_layout.Speculation("dspark", 7, 4.73)
+    high = perf_layout.Speculation("dspark", 7, 2.61)
     gains = [cal.speedup(layout.point(8192, 1024, b), low) for b in aic.BATCHES]
     assert gains == sorted(gains, reverse=True) and gains[0] > 2.5
     assert cal.speedup(layout.point(8192, 1024, 1), high) < gains[0]
-    with pytest.raises(perf.PerfError, match="exceeds 7 draft tokens"):
-        perf.speculation_from_config({"method": "dspark", "num_speculative_tokens": 7}, 9.0)
+    with pytest.raises(perf_layout.PerfError, match="exceeds 7 draft tokens"):
+        perf_layout.speculation_from_config({"method": "dspark", "num_speculative_tokens": 7}, 9.0)
 
 
 # ---------------------------------------------------------------- any workload: an answer or a reason
@@ -153,12 +157,14 @@ def test_speculation_gain_falls_with_batch_and_follows_the_acceptance_length():
 def test_committed_disagg_ratios_are_reproduced_by_the_composition_rule():
     """The rule that composes 1:3, 3:2, ... from 1:1 gives aiconfigurator's own 1:2 and 2:1 figures."""
     checked = 0
-    for key, entry in perf.raw_table()["points"].items():
+    for key, entry in aic_table.raw_table()["points"].items():
         p, est = entry["point"], entry["estimate"]
         if p["mode"] != "disagg" or "error" in est or (p["prefill_workers"], p["decode_workers"]) == (1, 1):
             continue
-        one = perf.raw_table()["points"][aic.point_key({**p, "prefill_workers": 1, "decode_workers": 1})]["estimate"]
-        composed = perf.disagg_throughput(p, one[perf.RATES[0]], one[perf.RATES[1]])
+        one = aic_table.raw_table()["points"][aic.point_key({**p, "prefill_workers": 1, "decode_workers": 1})][
+            "estimate"
+        ]
+        composed = aic_table.disagg_throughput(p, one[aic_table.RATES[0]], one[aic_table.RATES[1]])
         assert composed == pytest.approx(est["tokens_per_second"], rel=1e-3), key
         checked += 1
     assert checked >= 60
@@ -181,25 +187,25 @@ def test_off_grid_stack_plan_answers_every_context(capsys):
 
 @pytest.mark.parametrize("osl", [1000, 256, 4096])
 def test_osl_off_grid_rederives_tpot_and_throughput(osl):
-    layout = perf.Layout("gb300", "agg", 8, 1)
-    on, _ = perf.raw_estimate(layout.point(32768, 1024, 16), live=False)
-    off, source = perf.raw_estimate(layout.point(32768, osl, 16), live=False)
+    layout = perf_layout.Layout("gb300", "agg", 8, 1)
+    on, _ = aic_table.raw_estimate(layout.point(32768, 1024, 16), live=False)
+    off, source = aic_table.raw_estimate(layout.point(32768, osl, 16), live=False)
     assert off["ttft_ms"] == on["ttft_ms"]  # the prompt is the same
     # aggregated: the other requests' prefills are spread over fewer or more output tokens
     assert (off["tpot_ms"] < on["tpot_ms"]) == (osl > 1024)
     assert (off["tokens_per_second"] > on["tokens_per_second"]) == (osl > 1024)
     assert "derived" in source
     # disaggregated decode workers do no prefill: TPOT as at 1,024 (tests_aiconfigurator/ holds both to the tool)
-    d = perf.Layout("gb300", "disagg", 8, 2, 8, 1)
+    d = perf_layout.Layout("gb300", "disagg", 8, 2, 8, 1)
     assert (
-        perf.raw_estimate(d.point(32768, osl, 16), live=False)[0]["tpot_ms"]
-        == perf.raw_estimate(d.point(32768, 1024, 16), live=False)[0]["tpot_ms"]
+        aic_table.raw_estimate(d.point(32768, osl, 16), live=False)[0]["tpot_ms"]
+        == aic_table.raw_estimate(d.point(32768, 1024, 16), live=False)[0]["tpot_ms"]
     )
 
 
 def test_past_the_models_context_is_a_reason_not_a_number():
-    with pytest.raises(perf.PerfError, match="exceeds Kimi K3's 1,048,576-token context"):
-        perf.raw_estimate(perf.Layout("gb300", "agg", 8, 1).point(1048000, 2000, 1), live=False)
+    with pytest.raises(perf_layout.PerfError, match="exceeds Kimi K3's 1,048,576-token context"):
+        aic_table.raw_estimate(perf_layout.Layout("gb300", "agg", 8, 1).point(1048000, 2000, 1), live=False)
 
 
 @pytest.mark.parametrize(
@@ -220,7 +226,7 @@ def test_empty_sla_says_which_limit_excluded_what(sla, reason, capsys):
 
 
 def test_sla_ranks_a_range_of_prefill_decode_ratios(capsys):
-    assert len(perf.PD_RATIOS) > 3 and {(1, 3), (3, 1), (2, 3), (3, 2)} <= set(perf.PD_RATIOS)
+    assert len(perf_layout.PD_RATIOS) > 3 and {(1, 3), (3, 1), (2, 3), (3, 2)} <= set(perf_layout.PD_RATIOS)
     out = _json(capsys, "--sla", "ttft_ms=30000,tpot_ms=200", "--isl", "32768", "--top", "1000")
     ratios = {layout["pd_ratio"] for layout in out["layouts"] if layout["pd_ratio"]}
     assert len(ratios) > 3, ratios
@@ -258,9 +264,9 @@ def test_overloaded_prefill_says_so(capsys):
 
 
 def test_prefix_cache_hits_skip_prefill_compute(capsys):
-    layout = perf.Layout("gb300", "agg", 8, 1)
-    cold = perf.estimate(layout, perf.Workload(131072, 1024, 1), live=False)
-    warm = perf.estimate(layout, perf.Workload(131072, 1024, 1, cache_hit_rate=0.92), live=False)
+    layout = perf_layout.Layout("gb300", "agg", 8, 1)
+    cold = perf.estimate(layout, perf_layout.Workload(131072, 1024, 1), live=False)
+    warm = perf.estimate(layout, perf_layout.Workload(131072, 1024, 1, cache_hit_rate=0.92), live=False)
     assert warm.ttft_service_ms < cold.ttft_service_ms / 3
     assert warm.calibrated["tpot_ms"] == cold.calibrated["tpot_ms"]  # decode reads the whole context anyway
     # issue 25: at 128k, --sla ttft_ms=3000 found nothing; with the rehearsal's 92% hit rate it does

@@ -10,8 +10,10 @@ import pytest
 
 from kimi_k3.commands import main as cli
 from kimi_k3.config.base import ConfigError
+from kimi_k3.sizing import aic_table, memory, mocker, perf
 from kimi_k3.sizing import aiconfigurator as aic
-from kimi_k3.sizing import memory, mocker, perf
+from kimi_k3.sizing import calibration as perf_calibration
+from kimi_k3.sizing import layout as perf_layout
 
 STACKS = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
 ROLE_KEYS = ("ttft_ms", "tpot_ms", "tokens_per_second_per_gpu", "tokens_per_second_per_user")
@@ -20,7 +22,7 @@ ROLE_KEYS = ("ttft_ms", "tpot_ms", "tokens_per_second_per_gpu", "tokens_per_seco
 @pytest.fixture(autouse=True)
 def _table_only(monkeypatch):
     """These tests read the committed table whether or not aiconfigurator is installed (its lane calls it)."""
-    monkeypatch.setattr(perf, "_live", lambda: False)
+    monkeypatch.setattr(aic_table, "_live", lambda: False)
 
 
 def _plan_json(capsys, *argv: str) -> dict:
@@ -32,11 +34,11 @@ def _plan_json(capsys, *argv: str) -> dict:
 
 
 def test_table_covers_the_grid_and_every_stack_layout():
-    points = perf.raw_table()["points"]
-    assert perf.raw_table()["aiconfigurator"] == aic.VERSION
+    points = aic_table.raw_table()["points"]
+    assert aic_table.raw_table()["aiconfigurator"] == aic.VERSION
     for p in aic.grid():
         assert aic.point_key(p) in points
-    for m in perf.measurements():
+    for m in perf_calibration.measurements():
         assert aic.point_key(m["config"]) in points
 
 
@@ -50,41 +52,45 @@ def test_stack_defaults_are_aiconfigurator_points_not_interpolations(stack, caps
 
 
 def test_interpolation_says_so_and_lies_between_neighbours():
-    layout = perf.Layout("gb300", "agg", 8, 1)
-    lo, _ = perf.raw_estimate(layout.point(32768, 1024, 4))
-    hi, _ = perf.raw_estimate(layout.point(32768, 1024, 16))
-    mid, source = perf.raw_estimate(layout.point(32768, 1024, 8))
+    layout = perf_layout.Layout("gb300", "agg", 8, 1)
+    lo, _ = aic_table.raw_estimate(layout.point(32768, 1024, 4))
+    hi, _ = aic_table.raw_estimate(layout.point(32768, 1024, 16))
+    mid, source = aic_table.raw_estimate(layout.point(32768, 1024, 8))
     assert source == "interpolated"
     assert min(lo["tpot_ms"], hi["tpot_ms"]) <= mid["tpot_ms"] <= max(lo["tpot_ms"], hi["tpot_ms"])
-    with pytest.raises(perf.PerfError, match="outside"):
-        perf.raw_estimate(layout.point(32768, 1024, 128))
+    with pytest.raises(perf_layout.PerfError, match="outside"):
+        aic_table.raw_estimate(layout.point(32768, 1024, 128))
 
 
 # ---------------------------------------------------------------- calibration
 
 
 def test_calibrated_within_15_percent_of_every_measurement_used():
-    rows = [r for r in perf.calibration_report() if r["use"] == "calibrate"]
+    rows = [r for r in perf_calibration.calibration_report() if r["use"] == "calibrate"]
     assert rows, "no calibration measurements"
     for r in rows:
         assert abs(r["calibrated_error"]) <= 0.15, r
 
 
 def test_every_measurement_has_a_source_and_a_role():
-    for m in perf.measurements():
+    for m in perf_calibration.measurements():
         assert m["source"].startswith("https://"), m["id"]
         for metric in m["measured"]:
-            assert perf.measurement_use(m, metric) in ("calibrate", "held_out")
+            assert perf_calibration.measurement_use(m, metric) in ("calibrate", "held_out")
         assert set(m["measured"]) <= {"tokens_per_second", "tokens_per_second_per_user", "ttft_ms"}
-    assert any(perf.measurement_use(m, k) == "held_out" for m in perf.measurements() for k in m["measured"])
+    assert any(
+        perf_calibration.measurement_use(m, k) == "held_out"
+        for m in perf_calibration.measurements()
+        for k in m["measured"]
+    )
 
 
 def test_readme_reports_the_held_out_error_the_model_gives():
     readme, doc = open("docs/plan.md").read(), open("docs/performance.md").read()  # plan.md: README's old section
-    for configuration, err in perf.held_out_errors().items():  # per configuration, in both
+    for configuration, err in perf_calibration.held_out_errors().items():  # per configuration, in both
         for text in (readme, doc):
             assert f"{configuration}: {err * 100:.1f}%" in text, "held-out error is stale: rerun the table"
-    for r in perf.calibration_report():
+    for r in perf_calibration.calibration_report():
         row = (
             f"| {r['id']} | {r['configuration']} | {r['use']} | {r['metric']} | {r['measured']:g} | "
             f"{r['raw']:,.1f} ({r['raw_error']:+.1%}) | {r['calibrated']:,.1f} ({r['calibrated_error']:+.1%}) |"
@@ -93,7 +99,7 @@ def test_readme_reports_the_held_out_error_the_model_gives():
 
 
 def test_calibration_moves_raw_towards_measurement():
-    for r in perf.calibration_report():
+    for r in perf_calibration.calibration_report():
         if r["use"] == "calibrate":
             assert abs(r["calibrated_error"]) < abs(r["raw_error"])
 
@@ -333,7 +339,7 @@ def test_dcp_on_prefill_and_with_speculation_refused():
 
 @pytest.mark.parametrize("gpu, tp", [("gb200", 16), ("gb300", 8), ("gb300", 16)])
 def test_memory_comparison_with_aiconfigurator(gpu, tp):
-    cmp = perf.memory_comparison(gpu, tp)
+    cmp = memory.memory_comparison(gpu, tp)
     assert cmp is not None
     # The difference docs/plan.md explains: aiconfigurator leaves out the MXFP4 scales and the vision tower.
     # With those two terms the weights agree within 0.1%.
@@ -342,7 +348,7 @@ def test_memory_comparison_with_aiconfigurator(gpu, tp):
 
 
 def test_mocker_profile_has_the_mockers_npz_keys():
-    prof = mocker.mocker_profile(perf.Layout("gb300", "disagg", 8, 2, 8, 1))
+    prof = mocker.mocker_profile(perf_layout.Layout("gb300", "disagg", 8, 2, 8, 1))
     assert set(prof) == {
         "prefill_isl",
         "prefill_ttft_ms",
@@ -365,11 +371,13 @@ def test_rehearsal_timing_comes_from_the_performance_model(stack):
 
     _, graph = load_stack(stack)
     prof = rehearsal.perf_profile(graph)
-    layout = perf.Layout.from_roles(
-        perf.RoleLayout(r.key, "prefill" if r.type == "prefill" else "decode", graph.platform.name, r.tp, r.replicas)
+    layout = perf_layout.Layout.from_roles(
+        perf_layout.RoleLayout(
+            r.key, "prefill" if r.type == "prefill" else "decode", graph.platform.name, r.tp, r.replicas
+        )
         for r in graph.roles
     )
     # The first prefill entry is the model's calibrated TTFT for one 8k request on this layout.
-    first = perf.estimate(layout, perf.Workload(8192, perf.DEFAULT_OSL, layout.replicas), live=False)
+    first = perf.estimate(layout, perf_layout.Workload(8192, perf_layout.DEFAULT_OSL, layout.replicas), live=False)
     assert prof["prefill_isl"][0] == 8192
     assert prof["prefill_ttft_ms"][0] == pytest.approx(first.ttft_service_ms, rel=1e-3)  # idle: no queue

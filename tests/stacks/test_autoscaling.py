@@ -14,7 +14,9 @@ from kimi_k3.blueprint import stack_plan
 from kimi_k3.config.stack import parse_stack_config
 from kimi_k3.graph import rollout
 from kimi_k3.graph.build import build_graph
-from kimi_k3.sizing import perf
+from kimi_k3.sizing import aic_table
+from kimi_k3.sizing import calibration as perf_calibration
+from kimi_k3.sizing import layout as perf_layout
 from policies import rules
 from policies.rules import base as rules_base
 
@@ -151,10 +153,10 @@ def test_profile_data_is_our_performance_model(autoscaled):
     plan = next(r for r in stack_plan("gb300-disagg").roles if r.spec.name == "decode")
     assert dec["max_kv_tokens"] == plan.plan.single_request_tokens > 0
     # one point of each table equals the calibrated model at that point (kimi_k3.sizing.perf's public estimate path)
-    layout = perf.Layout("gb300", "disagg", 8, 2, 8, 1)
-    raw, _ = perf.raw_estimate(layout.point(pre["prefill_isl"][0], perf.DEFAULT_OSL, 1), live=False)
+    layout = perf_layout.Layout("gb300", "disagg", 8, 2, 8, 1)
+    raw, _ = aic_table.raw_estimate(layout.point(pre["prefill_isl"][0], perf_layout.DEFAULT_OSL, 1), live=False)
     assert pre["prefill_ttft"][0] == pytest.approx(
-        perf.calibration().apply(raw, 1, prefill_batch=1)["ttft_ms"], rel=1e-5
+        perf_calibration.calibration().apply(raw, 1, prefill_batch=1)["ttft_ms"], rel=1e-5
     )
     # physics the planner's regression relies on: TTFT grows with ISL, ITL grows with the batch at one context
     assert pre["prefill_ttft"] == sorted(pre["prefill_ttft"]) and len(pre["prefill_isl"]) >= 8

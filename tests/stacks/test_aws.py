@@ -967,7 +967,7 @@ def test_existing_cluster_destroy_passes_and_keeps_the_cache_claim():
 
 def test_aws_least_privilege_rule_in_check_and_the_pack_sees_the_old_forms(rendered):
     """`kimi-k3 check` (and the policy pack, which gets the same props) reports each opened default, advisory."""
-    from kimi_k3.commands.check import resource_infos
+    from kimi_k3.commands.check_targets import resource_infos
     from policies import rules
 
     res = rendered["gb300"].resources

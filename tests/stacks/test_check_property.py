@@ -28,9 +28,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kimi_k3 import shape
-from kimi_k3.commands.check import resource_infos
+from kimi_k3.commands.check_targets import resource_infos
 from kimi_k3.commands.main import main
 from kimi_k3.offline.synth import render_stack
+from kimi_k3.shape import kubernetes as shape_kubernetes
+from kimi_k3.shape.vocabulary import INT, LIST, OBJ
 from policies import rules
 from policies.rules import base
 
@@ -139,10 +141,10 @@ def test_declared_core_types_are_kubernetes_1_34s(k8s_defs):
     errors: list[str] = []
     # The OpenAPI schema lists no required top-level field; the API server requires all three (decoding needs
     # apiVersion and kind, ObjectMeta validation a name): compared without them.
-    top = shape.T("object", fields=shape.TOP.fields)
+    top = shape.T("object", fields=shape_kubernetes.TOP.fields)
     agree(top, k8s_schema("Pod"), k8s_defs, "Pod", errors)
     for kind in CORE_FILES:
-        agree(shape.SPECS[kind], k8s_schema(kind)["properties"]["spec"], k8s_defs, kind, errors)
+        agree(shape_kubernetes.SPECS[kind], k8s_schema(kind)["properties"]["spec"], k8s_defs, kind, errors)
     assert errors == []
 
 
@@ -150,13 +152,13 @@ def test_declared_custom_resource_types_are_the_crds(shared_reference):
     errors: list[str] = []
     for kind in CRD_KINDS:
         schema = crd_schema(shared_reference, kind)
-        agree(shape.SPECS[kind], schema["properties"]["spec"], {}, kind, errors, crd=True)
+        agree(shape_kubernetes.SPECS[kind], schema["properties"]["spec"], {}, kind, errors, crd=True)
     assert errors == []
 
 
 def test_the_comparison_catches_a_wrong_declaration(k8s_defs):
     """The agreement check can fail: a declaration that calls env's value a number, or probes' periods strings."""
-    wrong = shape.OBJ({"containers": shape.LIST(shape.OBJ({"env": shape.LIST(shape.OBJ({"value": shape.INT}))}))})
+    wrong = OBJ({"containers": LIST(OBJ({"env": LIST(OBJ({"value": INT}))}))})
     errors: list[str] = []
     agree(wrong, k8s_defs["io.k8s.api.core.v1.PodSpec"], k8s_defs, "PodSpec", errors)
     assert errors == ["PodSpec.containers[].env[].value: declared int, schema ['string']"]
@@ -193,10 +195,10 @@ def record(value: Any, path: tuple, log: set) -> Any:
 
 def declared(kind: str, path: tuple) -> bool:
     """Whether shape.py types every step of a path the rules read (kinds without a spec: the top level only)."""
-    t: Optional[shape.T] = shape.TOP
+    t: Optional[shape.T] = shape_kubernetes.TOP
     for i, key in enumerate(path):
         if t.kind == "object" and i == 0 and key == "spec":
-            t = shape.SPECS.get(kind)
+            t = shape_kubernetes.SPECS.get(kind)
             if t is None:
                 return True  # a kind shape.py leaves untyped below its top level: the rules must cope (runner)
             continue

@@ -90,10 +90,10 @@ def test_rule_one_compute_domain_fails_on_old_gb300_disagg(rendered):
 def test_rule_one_compute_domain_on_upstream_gb200_disagg_once_its_ucx_is_fixed(shared_reference):
     """Upstream's disagg-gb200 gives each role its own ComputeDomain; with its UCX contradiction fixed (cuda_ipc
     on), KV would move over NVLink across two IMEX domains: the rule says so."""
-    from kimi_k3.commands import check
+    from kimi_k3.commands import check_targets
 
     path = shared_reference / "dynamo" / "recipes" / "kimi-k3" / "vllm" / "disagg-gb200-agentic" / "deploy.yaml"
-    objects = check.yaml_objects(path.read_text())
+    objects = check_targets.yaml_objects(path.read_text())
     assert fired(objects, "nvlink-kv-roles-share-compute-domain") == []  # as shipped: KV leaves NVLink (^cuda_ipc)
     for c in workers(dgd_of(objects)):
         for e in main_container(c)["env"]:

@@ -7,7 +7,7 @@ import yaml
 from conftest import SHARED, STACKS
 
 from kimi_k3 import flags
-from kimi_k3.commands import check
+from kimi_k3.commands import check_targets
 from policies import rules
 from policies.rules import base, topology
 
@@ -636,7 +636,7 @@ UPSTREAM_PINS = {
 def upstream_objects(profile):
     if not UPSTREAM.is_dir():
         pytest.skip(f"{UPSTREAM} absent: upstream recipes are not shipped with the repo")
-    return check.yaml_objects((UPSTREAM / profile / "deploy.yaml").read_text())
+    return check_targets.yaml_objects((UPSTREAM / profile / "deploy.yaml").read_text())
 
 
 @pytest.mark.parametrize("profile", sorted(UPSTREAM_PINS))
@@ -669,7 +669,7 @@ def test_check_cli_on_upstream_file(capsys):
 # ------------------------------------------------------------------------------------------ our own stacks
 @pytest.mark.parametrize("stack", STACKS)
 def test_our_stacks_have_no_mandatory_violations(stack):
-    loaded = check.load(stack)
+    loaded = check_targets.load(stack)
     violations, skipped = rules.run_all(loaded.objects, loaded.resources)
     assert [v for v in violations if v.level == base.MANDATORY] == []
     assert skipped == [], "with resources.json every rule is evaluated (the node pool comes from the GPU node group)"

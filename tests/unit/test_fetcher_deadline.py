@@ -56,4 +56,4 @@ def test_the_stack_passes_its_download_timeout_to_the_fetchers():
     root = Path(__file__).resolve().parents[2]
     main = (root / "__main__.py").read_text()
     assert "fetch_deadline_seconds=cfg.serving.download_timeout_seconds" in main
-    assert "deadline_seconds=args.fetch_deadline_seconds" in (root / "components/aws/storage.py").read_text()
+    assert "deadline_seconds=args.fetch_deadline_seconds" in (root / "components/aws/fetchers.py").read_text()
