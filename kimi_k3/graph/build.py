@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import replace
@@ -17,7 +18,7 @@ from kimi_k3.facts.model import load_model_facts
 from kimi_k3.facts.platforms import Platform, load_platforms
 from kimi_k3.graph.compile_cache import compile_cache_env, compile_cache_key
 from kimi_k3.graph.kv_transport import _kv_over_efa, choose_kv_transport
-from kimi_k3.graph.model import Frontend, Role, ServingGraph, role_flag
+from kimi_k3.graph.model import Frontend, Role, ServingGraph
 from kimi_k3.graph.recipe import (
     DERIVED_FRONTEND_FLAGS,
     DERIVED_WORKER_FLAGS,
@@ -29,7 +30,7 @@ from kimi_k3.graph.recipe import (
     merge,
 )
 from kimi_k3.names import GRAPH_NAME
-from kimi_k3.sizing.memory import _prefix_caching, memory_fit, vllm_block_size
+from kimi_k3.sizing.memory import aligned_block_size, memory_fit
 
 SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 # Dynamo's bounds for --migration-limit (frontend_args.py validate(): a u32; 0 = migration off).
@@ -201,6 +202,39 @@ def _check_image_arch(image: str, arches: set[str], key: str, where: str) -> tup
     return tuple(sorted(usable))
 
 
+def _flag(flags: dict[str, FlagValue], flag: str) -> Optional[str]:
+    """The value `flag` renders with (flag_list): None when it is dropped (None/False) or bare (True)."""
+    value = flags.get(flag)
+    return None if value is None or isinstance(value, bool) else str(value)
+
+
+def role_fields(flags: dict[str, FlagValue]) -> dict[str, object]:
+    """A worker's typed fields, read once from its merged flags (before they are rendered to argv): what vLLM
+    does with them, e.g. the last of the two prefix-caching flags wins and neither means vLLM V1's default, on."""
+    caching = [f for f, v in flags.items() if f in PREFIX_CACHING_FLAGS and v is not None and v is not False]
+    seqs = _flag(flags, "--max-num-seqs")
+    spec = _flag(flags, "--speculative-config") or ""
+    prefix_caching = not caching or caching[-1] == "--enable-prefix-caching"
+    dtype = _flag(flags, "--kv-cache-dtype") or "auto"
+    return {
+        "load_format": _flag(flags, "--load-format") or "auto",
+        "prefix_caching": prefix_caching,
+        "max_num_seqs": None if seqs is None else int(seqs),
+        "speculative_config": spec,
+        # vLLM raises a smaller --block-size to its aligned hybrid block (_align_hybrid_block_size); prefix hashes,
+        # KV events and Dynamo's model card all use it.
+        "block_size": aligned_block_size(
+            int(_flag(flags, "--tensor-parallel-size") or 1),
+            kv_cache_dtype="bf16" if dtype == "auto" else dtype,
+            spec_tokens=int(json.loads(spec or "{}").get("num_speculative_tokens", 0) or 0),
+            prefix_caching=prefix_caching,
+        ),
+    }
+
+
+PREFIX_CACHING_FLAGS = ("--enable-prefix-caching", "--no-enable-prefix-caching")
+
+
 def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     recipe = load_recipe(cfg.recipe)
     # One name whatever the recipe: a DynamoGraphDeployment whose name changes is replaced, not patched, and the
@@ -275,7 +309,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             "--gpu-memory-utilization": util,
             "--kv-cache-dtype": recipe.kv_cache_dtype,
             "--max-model-len": recipe.max_model_len,
-            "--block-size": 0,  # set below from the role's final flags (vllm_block_size)
+            "--block-size": 0,  # set below from the role's final flags (role_fields)
         }
         events = (
             {
@@ -293,11 +327,12 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             flags = merge(flags, {"--decode-context-parallel-size": dcp})
         if efa:
             flags = _kv_over_efa(flags)
-        block = vllm_block_size(flag_list(flags))
+        fields = role_fields(flags)
+        block = fields["block_size"]
         if recipe.block_size is not None and recipe.block_size != block:
             raise ConfigError(
                 f"recipes/{cfg.recipe}.yaml: blockSize = {recipe.block_size}: vLLM runs role {key} "
-                f"(TP{tp}, prefix caching {'on' if _prefix_caching(flag_list(flags)) else 'off'}) "
+                f"(TP{tp}, prefix caching {'on' if fields['prefix_caching'] else 'off'}) "
                 f"with {block}-token blocks and hashes prefixes and publishes KV events in them; "
                 f"allowed: {block}, or leave blockSize out (derived)"
             )
@@ -332,11 +367,12 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
                 compile_cache_key=cache_key,
                 nvlink_group=name if transport == "nvlink" else f"{name}-{key}",
                 compute_domain="nvlink" if shared_domain else key,
+                **fields,
             )
         )
     # Roles of one TP share one block (every shipped stack); with mixed TP the frontend flag names the first role's,
     # and Dynamo's router still routes each worker set by the block its model card registers (watcher.rs).
-    block_size = int(role_flag(roles[0], "--block-size"))
+    block_size = roles[0].block_size
     fe = cfg.serving.frontend
     _check_overridable(fe.extra_args, DERIVED_FRONTEND_FLAGS, "kimi-k3:serving.frontend.extraArgs")
     migration = fe.migration_limit if fe.migration_limit is not None else default_migration_limit()
