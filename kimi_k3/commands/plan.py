@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_k3.atomic import write_with
-from kimi_k3.aws import nodes as aws
-from kimi_k3.blueprint import _from_graph, _rebudget, stack_plan
+from kimi_k3.blueprint import Blueprint, rebudget
 from kimi_k3.commands import plan_perf
 from kimi_k3.commands.argtypes import context_tokens, fraction, model_context, nonempty, positive, whole, year_month
 from kimi_k3.config.stack_files import StackError, stack_name_problem
@@ -163,8 +162,18 @@ def _adhoc(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
     )
     stack = planner.plan_stack([role], _pricing(args, platform), output_tokens_per_second=args.output_tokens_per_second)
     if args.kv_budget_gib is not None:
-        stack = _rebudget(stack, args.kv_budget_gib)
+        stack = rebudget(stack, args.kv_budget_gib)
     return stack, f"ad hoc {args.gpu} TP{args.tp}"
+
+
+def _stack(args: argparse.Namespace, bp: Blueprint) -> tuple[planner.StackPlan, str]:
+    """The stack's own plan, with --output-tokens-per-second and --kv-budget-gib applied."""
+    stack = bp.plan
+    if args.output_tokens_per_second is not None:
+        stack = replace(stack, output_tokens_per_second=args.output_tokens_per_second)
+    if args.kv_budget_gib is not None:
+        stack = rebudget(stack, args.kv_budget_gib)
+    return stack, f"stack {bp.stack}"
 
 
 TRACE_MAX_BYTES = 256 << 20  # read whole; the FAST'25 hour is 3 MB
@@ -172,22 +181,21 @@ TRACE_MAX_BYTES = 256 << 20  # read whole; the FAST'25 hour is 3 MB
 
 def plan_trace(args: argparse.Namespace) -> int:
     """`plan STACK --trace FILE`: the P:D ratio the trace needs at the stack's TPs (kimi_k3/sizing/trace_plan.py)."""
-    from kimi_k3.blueprint import load_stack
     from kimi_k3.sizing import perf, trace_cache, trace_plan
 
     if not args.stack:
         raise UserError(f"--trace {args.trace}: give the STACK whose layout it sizes (kimi-k3 plan STACK --trace FILE)")
     try:
-        _, graph = load_stack(args.stack)
+        bp = Blueprint.for_stack(args.stack)
         lines = trace_cache.read_lines(args.trace, "--trace", TRACE_MAX_BYTES)
         _, requests = trace_cache.select(lines, f"--trace {args.trace}", limit=10**7)
-        layout = plan_perf.layout_of(stack_plan(args.stack))
+        layout = plan_perf.layout_of(bp.plan)
         r = trace_plan.pd_ratio(
             requests,
             gpu=layout.gpu,
             prefill_tp=layout.prefill_tp or layout.tp,
             decode_tp=layout.tp,
-            block_size=graph.block_size,
+            block_size=bp.graph.block_size,
         )
     except (trace_cache.TraceError, perf.PerfError, StackError) as e:
         print(f"kimi-k3 plan {args.stack}: {e}", file=sys.stderr)
@@ -196,36 +204,26 @@ def plan_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bounds(stack_name: str):
+def _bounds(bp: Blueprint):
     """Replica bounds for an autoscaler, from the Capacity Block (kimi_k3/graph/rollout.py)."""
-    from kimi_k3.blueprint import load_stack
-    from kimi_k3.graph import durations, rollout
+    from kimi_k3.graph import rollout
 
-    cfg, graph = load_stack(stack_name)
-    if (
-        graph.autoscaling is not None
-    ):  # kimi-k3:serving.autoscaling: the planner's own bounds (kimi_k3/graph/autoscaling.py)
-        return graph.autoscaling
-    reservation = (
-        aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes).max_nodes if cfg.cluster.mode == "eks" else None
-    )
-    est = durations.estimates(cfg, graph)
+    if bp.autoscaling is not None:  # kimi-k3:serving.autoscaling: the planner's own bounds (graph/autoscaling.py)
+        return bp.autoscaling
+    est = bp.durations
     return rollout.scaling_bounds(
-        graph, reservation, graph.platform.gpus_per_node, est.load_seconds + est.of("worker_warmup")
+        bp.graph, bp.reservation_nodes, bp.graph.platform.gpus_per_node, est.load_seconds + est.of("worker_warmup")
     )
 
 
-def _rollout(stack_name: str):
+def _rollout(bp: Blueprint):
     """What a rollout needs (kimi_k3/graph/rollout.py): gaps, surge nodes vs the Capacity Block, duration."""
-    from kimi_k3.blueprint import load_stack
-    from kimi_k3.graph import durations, rollout
+    from kimi_k3.graph import rollout
 
-    cfg, graph = load_stack(stack_name)
-    reservation = None
-    if cfg.cluster.mode == "eks":
-        reservation = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes).max_nodes
-    est = durations.estimates(cfg, graph)
-    return rollout.plan(graph, cfg.serving.rollout.surge, reservation, est.load_seconds + est.of("worker_warmup"))
+    est = bp.durations
+    return rollout.plan(
+        bp.graph, bp.config.serving.rollout.surge, bp.reservation_nodes, est.load_seconds + est.of("worker_warmup")
+    )
 
 
 def render_table(stack: planner.StackPlan, title: str) -> str:
@@ -412,6 +410,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.trace:
         return plan_trace(args)
+    bp = None  # the stack, resolved once: every figure below reads it
     try:
         if args.sla:
             if args.stack or args.gpu:
@@ -421,19 +420,20 @@ def run(args: argparse.Namespace) -> int:
         if args.stack and args.gpu:
             raise ValueError("give either STACK or --gpu/--tp, not both")
         if args.stack:
-            stack, title = _from_graph(args)
+            bp = Blueprint.for_stack(args.stack)
+            stack, title = _stack(args, bp)
         elif args.gpu and args.tp:
             if getattr(args, "speculation", None) == "dspark" and not args.spec_tokens:
                 args.spec_tokens = 7  # the vLLM launch post's DSpark recipe; the memory plan counts them too
             stack, title = _adhoc(args)
         else:
             raise ValueError("give a STACK, or --gpu and --tp for an ad hoc role")
-        spec = plan_perf.speculation(args, args.stack, args.spec_tokens)
+        spec = plan_perf.speculation(args, bp.graph if bp else None, args.spec_tokens)
         price = plan_perf.api_price(args)
     except (ValueError, KeyError, StackError) as e:
         print(f"kimi-k3 plan: {e}", file=sys.stderr)
         return 2
-    rollout = _rollout(args.stack) if args.stack else None
+    rollout = _rollout(bp) if bp else None
     est, perf_error = plan_perf.performance(stack, workload, spec)
     if est is not None and args.output_tokens_per_second is None:  # $/Mtok from the calibrated model
         stack = replace(stack, output_tokens_per_second=round(est.stack_tokens_per_second(), 2))
@@ -464,7 +464,7 @@ def run(args: argparse.Namespace) -> int:
         width = max(len(k) for k, _ in rows)
         print("\n".join(f"{k.ljust(width)}  {v}".rstrip() for k, v in rows))
         if rollout is not None:
-            print("\n".join(rollout.lines() + _bounds(args.stack).lines()))
+            print("\n".join(rollout.lines() + _bounds(bp).lines()))
         print("\n" + TERMS)
     if args.plot:
         try:
@@ -477,7 +477,8 @@ def run(args: argparse.Namespace) -> int:
             write_with(args.pareto, lambda tmp: plan_perf.pareto_plot(stack, title, tmp, workload))
             wrote(args.pareto)
         if args.mocker_profile:
-            write_with(args.mocker_profile, lambda tmp: plan_perf.write_mocker_profile(stack, workload, tmp))
+            seqs = bp.graph.decode_max_num_seqs if bp else plan_perf.recipe_max_num_seqs(args.gpu)
+            write_with(args.mocker_profile, lambda tmp: plan_perf.write_mocker_profile(stack, workload, tmp, seqs))
             wrote(args.mocker_profile)
         if args.cost_plot:
             if est is None:

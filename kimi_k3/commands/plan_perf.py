@@ -11,8 +11,12 @@ import math
 from dataclasses import replace
 from typing import Any, Optional
 
+from kimi_k3.blueprint import Blueprint
 from kimi_k3.commands.argtypes import context_tokens, model_context, positive, positive_int
+from kimi_k3.errors import UserError
 from kimi_k3.facts import platforms
+from kimi_k3.graph.model import ServingGraph
+from kimi_k3.graph.recipe import load_recipe, merge
 from kimi_k3.sizing import aiconfigurator as aic
 from kimi_k3.sizing import cost as planner
 from kimi_k3.sizing import mocker, perf, sla
@@ -188,17 +192,19 @@ def workload(args: argparse.Namespace) -> perf.Workload:
     )
 
 
-def speculation(args: argparse.Namespace, stack_name: Optional[str] = None, spec_tokens: int = 0) -> perf.Speculation:
+def speculation(
+    args: argparse.Namespace, graph: Optional[ServingGraph] = None, spec_tokens: int = 0
+) -> perf.Speculation:
     """What the decode workers run: a stack's own --speculative-config, or --speculation (with --spec-tokens
     draft tokens, default 7 as in the vLLM launch post's DSpark recipe) for --sla and ad hoc layouts."""
     tau = getattr(args, "acceptance_length", None)
-    if stack_name:
+    if graph is not None:
         if getattr(args, "speculation", None):
             raise ValueError(
-                f"--speculation: stack {stack_name}'s speculative decoding is its workers' "
+                f"--speculation: stack {graph.stack}'s speculative decoding is its workers' "
                 "--speculative-config (none in ours: their image cannot run DSpark); drop the flag"
             )
-        return stack_speculation(stack_name, tau)
+        return speculation_of(graph, tau)
     method = getattr(args, "speculation", None) or "none"
     if method == "none":
         if tau is not None:
@@ -210,17 +216,20 @@ def speculation(args: argparse.Namespace, stack_name: Optional[str] = None, spec
         raise ValueError(f"--acceptance-length: {e}") from None
 
 
-def stack_speculation(name: str, acceptance_length: Optional[float] = None) -> perf.Speculation:
-    """The stack's decode workers' --speculative-config, as rendered (kimi_k3/graph/build.py role flags)."""
-    from kimi_k3.blueprint import load_stack
-    from kimi_k3.graph.model import role_flag
-
-    _, graph = load_stack(name)
-    configs = [json.loads(role_flag(r, "--speculative-config") or "{}") for r in graph.roles if r.type != "prefill"]
+def speculation_of(graph: ServingGraph, acceptance_length: Optional[float] = None) -> perf.Speculation:
+    """The graph's decode workers' speculative decoding (Role.speculative_config, their --speculative-config)."""
+    configs = [json.loads(r.speculative_config or "{}") for r in graph.roles if r.type != "prefill"]
     spec = next((c for c in configs if c), {})
     if not spec and acceptance_length is not None:
-        raise ValueError(f"--acceptance-length: stack {name} runs no speculative decoding (no --speculative-config)")
+        raise ValueError(
+            f"--acceptance-length: stack {graph.stack} runs no speculative decoding (no --speculative-config)"
+        )
     return perf.speculation_from_config(spec, acceptance_length)
+
+
+def stack_speculation(name: str, acceptance_length: Optional[float] = None) -> perf.Speculation:
+    """speculation_of the stack NAME (for a caller that holds only its name)."""
+    return speculation_of(Blueprint.for_stack(name).graph, acceptance_length)
 
 
 def layout_of(stack: planner.StackPlan, speculation: perf.Speculation = perf.PLAIN) -> perf.Layout:
@@ -519,11 +528,9 @@ def _at_context(est: perf.Estimate, isl: int, w0: perf.Workload, util: float) ->
 
 def _platform_prices() -> tuple[dict[str, float], dict[str, int], dict[perf.Layout, str], list[str]]:
     """$/GPU-hour per platform from the aggregated stacks' pricing, and our four stacks' layouts."""
-    from kimi_k3.blueprint import stack_plan  # the same reader `plan STACK` uses
-
     prices, gpn, ours, sources = {}, {}, {}, []
     for name in STACKS:
-        stack = stack_plan(name)
+        stack = Blueprint.for_stack(name).plan  # the same plan `plan STACK` prints
         layout = layout_of(stack)
         ours[layout] = name
         gpn[layout.gpu] = platforms.load_platforms()[layout.gpu].gpus_per_node
@@ -756,8 +763,29 @@ def cost_plot(
     plt.close(fig)
 
 
-def write_mocker_profile(stack: planner.StackPlan, w: perf.Workload, path: str) -> None:
-    mocker.write_mocker_profile(mocker.mocker_profile(layout_of(stack), w.osl), path)
+def write_mocker_profile(
+    stack: planner.StackPlan, w: perf.Workload, path: str, max_num_seqs: Optional[int] = None
+) -> None:
+    """`max_num_seqs`: the most requests a decode worker runs at once (its --max-num-seqs)."""
+    profile = mocker.mocker_profile(layout_of(stack), w.osl, max_num_seqs=max_num_seqs)
+    mocker.write_mocker_profile(profile, path)
+
+
+def recipe_max_num_seqs(platform: str) -> Optional[int]:
+    """An ad hoc role's --max-num-seqs: the decode workers' of the platform's own recipe (recipes/PLATFORM.yaml);
+    None (no cap) for a platform no recipe runs."""
+    try:
+        recipe = load_recipe(platform)
+    except UserError:
+        return None
+    seqs = [
+        int(str(value))
+        for r in recipe.roles.values()
+        if r.type != "prefill"
+        for value in [merge(recipe.worker.args, r.args).get("--max-num-seqs")]
+        if value is not None and not isinstance(value, bool)
+    ]
+    return max(seqs) if seqs else None
 
 
 def _nearest_context(isl: int) -> int:

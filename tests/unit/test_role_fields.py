@@ -54,3 +54,20 @@ def test_typed_fields_follow_a_stacks_override_of_the_flags():
     assert decode.max_num_seqs == 128 and flags.flag_value(list(decode.args), "--max-num-seqs") == "128"
     assert decode.prefix_caching is False and memory._prefix_caching(list(decode.args)) is False
     assert graph.decode_max_num_seqs == 128
+
+
+def test_the_mockers_batch_cap_is_the_decode_roles_max_num_seqs():
+    """The most requests a decode worker runs at once is its role's --max-num-seqs, not a copy of the recipes' 256:
+    the rehearsal's mocker tables (and the SLA planner's profile, the same tables) follow the field."""
+    from dataclasses import replace
+
+    from kimi_k3.rehearsal import plan as rehearsal
+
+    _, stock = load_stack("gb300-disagg", ROOT)
+    fewer = replace(stock, roles=tuple(replace(r, max_num_seqs=2) if r.type != "prefill" else r for r in stock.roles))
+    assert stock.decode_max_num_seqs > 2 and fewer.decode_max_num_seqs == 2
+    a, b = rehearsal.perf_profile(stock), rehearsal.perf_profile(fewer)
+    assert a["prefill_ttft_ms"] == b["prefill_ttft_ms"]  # prefill: one request at a time either way
+    assert a["decode_itl"] != b["decode_itl"]
+    # at the shortest context and the most active tokens the cap binds: 2 requests at once step faster
+    assert b["decode_itl"][-1][0] < a["decode_itl"][-1][0]
