@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import replace
@@ -14,8 +13,7 @@ from kimi_k3.config.stack import StackConfig
 from kimi_k3.data import recipe_file
 from kimi_k3.facts.aws import load_aws_facts
 from kimi_k3.facts.images import NODE_ARCHES, image_facts, image_tag, kube_arch, names_runtime_version, pin_problem
-from kimi_k3.facts.model import load_model_facts
-from kimi_k3.facts.platforms import Platform, load_platforms
+from kimi_k3.facts.platforms import load_platforms
 from kimi_k3.graph.compile_cache import compile_cache_env, compile_cache_key
 from kimi_k3.graph.kv_transport import _kv_over_efa, choose_kv_transport
 from kimi_k3.graph.model import Frontend, Role, ServingGraph
@@ -23,14 +21,14 @@ from kimi_k3.graph.recipe import (
     DERIVED_FRONTEND_FLAGS,
     DERIVED_WORKER_FLAGS,
     Recipe,
-    RoleRecipe,
     _check_overridable,
     flag_list,
     load_recipe,
     merge,
 )
+from kimi_k3.graph.topology import role_topology
+from kimi_k3.graph.worker_fields import role_fields
 from kimi_k3.names import GRAPH_NAME
-from kimi_k3.sizing.memory import aligned_block_size, memory_fit
 
 SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 # Dynamo's bounds for --migration-limit (frontend_args.py validate(): a u32; 0 = migration off).
@@ -85,79 +83,6 @@ def _replicas(recipe: Recipe, cfg: StackConfig) -> dict[str, int]:
     return replicas
 
 
-def _divides_heads(tp: int) -> bool:
-    m = load_model_facts()
-    return m.kda_heads % tp == 0 and m.mla_heads % tp == 0
-
-
-def allowed_tps(platform: Platform, util: float, kv_dtype: str, max_len: int) -> list[int]:
-    """Every TP a role may use on this platform: whole nodes, >= 2 nodes (Dynamo multinode), within one NVLink
-    domain, dividing the attention heads, and fitting weights plus one max-length request (the planner)."""
-    gpn = platform.gpus_per_node
-    out = []
-    for nodes in range(2, platform.nvlink_domain_nodes + 1):
-        tp = nodes * gpn
-        if (
-            _divides_heads(tp)
-            and memory_fit(
-                platform.name, tp, gpu_memory_utilization=util, kv_cache_dtype=kv_dtype, max_model_len=max_len
-            )[0]
-        ):
-            out.append(tp)
-    return out
-
-
-def _topology(
-    key: str, recipe_role: RoleRecipe, over, platform: Platform, util: float, kv_dtype: str, max_len: int
-) -> tuple[int, int]:
-    """(tp, nodes per replica), checked: whole nodes, multinode (>= 2 nodes), within one NVLink domain, dividing
-    the heads, fitting in memory. Every message lists the TPs that pass all of these checks."""
-    where = f"kimi-k3:serving.roles.{key}"
-    gpn = platform.gpus_per_node
-    tp = over.tp if over and over.tp is not None else None
-    nodes = over.nodes_per_replica if over and over.nodes_per_replica is not None else None
-    if tp is None and nodes is not None:
-        tp = nodes * gpn
-    tp = tp if tp is not None else recipe_role.tp
-
-    def allowed() -> str:
-        return f"allowed on {platform.name}: {', '.join(map(str, allowed_tps(platform, util, kv_dtype, max_len)))}"
-
-    if tp % gpn:
-        raise ConfigError(
-            f"{where}.tp = {tp}: must be a multiple of {gpn} (GPUs per {platform.name} node), "
-            f"so every pod takes a whole node; {allowed()}"
-        )
-    derived_nodes = tp // gpn
-    if nodes is not None and nodes != derived_nodes:
-        raise ConfigError(
-            f"{where}.nodesPerReplica = {nodes}: TP{tp} on {platform.name} spans {derived_nodes} nodes "
-            f"of {gpn} GPUs; set tp = nodesPerReplica x {gpn}"
-        )
-    if derived_nodes < 2:
-        raise ConfigError(
-            f"{where}.tp = {tp}: gives multinode nodeCount {derived_nodes}; Dynamo multinode needs "
-            f"nodeCount >= 2 (TP >= {2 * gpn} on {platform.name}); {allowed()}"
-        )
-    if derived_nodes > platform.nvlink_domain_nodes:
-        raise ConfigError(
-            f"{where}.tp = {tp}: spans {derived_nodes} nodes, more than one NVLink domain holds "
-            f"({platform.nvlink_domain_nodes} {platform.name} nodes); {allowed()}"
-        )
-    if not _divides_heads(tp):
-        m = load_model_facts()
-        raise ConfigError(
-            f"{where}.tp = {tp}: must divide Kimi K3's {m.mla_heads} attention heads "
-            f"({m.kda_heads} KDA, {m.mla_heads} MLA); {allowed()}"
-        )
-    fits, why = memory_fit(
-        platform.name, tp, gpu_memory_utilization=util, kv_cache_dtype=kv_dtype, max_model_len=max_len
-    )  # the planner's memory model is also the policy pack's fit rule
-    if not fits:
-        raise ConfigError(f"{where}.tp = {tp}: {why}; use a larger TP ({allowed()})")
-    return tp, derived_nodes
-
-
 def _dcp(key: str, role_type: str, tp: int, over, flags: dict[str, FlagValue], image: str) -> int:
     """The role's decode context parallel size, refused where vLLM refuses it (recipes/dcp.yaml)."""
     dcp = over.dcp if over and over.dcp is not None else 1
@@ -202,39 +127,6 @@ def _check_image_arch(image: str, arches: set[str], key: str, where: str) -> tup
     return tuple(sorted(usable))
 
 
-def _flag(flags: dict[str, FlagValue], flag: str) -> Optional[str]:
-    """The value `flag` renders with (flag_list): None when it is dropped (None/False) or bare (True)."""
-    value = flags.get(flag)
-    return None if value is None or isinstance(value, bool) else str(value)
-
-
-def role_fields(flags: dict[str, FlagValue]) -> dict[str, object]:
-    """A worker's typed fields, read once from its merged flags (before they are rendered to argv): what vLLM
-    does with them, e.g. the last of the two prefix-caching flags wins and neither means vLLM V1's default, on."""
-    caching = [f for f, v in flags.items() if f in PREFIX_CACHING_FLAGS and v is not None and v is not False]
-    seqs = _flag(flags, "--max-num-seqs")
-    spec = _flag(flags, "--speculative-config") or ""
-    prefix_caching = not caching or caching[-1] == "--enable-prefix-caching"
-    dtype = _flag(flags, "--kv-cache-dtype") or "auto"
-    return {
-        "load_format": _flag(flags, "--load-format") or "auto",
-        "prefix_caching": prefix_caching,
-        "max_num_seqs": None if seqs is None else int(seqs),
-        "speculative_config": spec,
-        # vLLM raises a smaller --block-size to its aligned hybrid block (_align_hybrid_block_size); prefix hashes,
-        # KV events and Dynamo's model card all use it.
-        "block_size": aligned_block_size(
-            int(_flag(flags, "--tensor-parallel-size") or 1),
-            kv_cache_dtype="bf16" if dtype == "auto" else dtype,
-            spec_tokens=int(json.loads(spec or "{}").get("num_speculative_tokens", 0) or 0),
-            prefix_caching=prefix_caching,
-        ),
-    }
-
-
-PREFIX_CACHING_FLAGS = ("--enable-prefix-caching", "--no-enable-prefix-caching")
-
-
 def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     recipe = load_recipe(cfg.recipe)
     # One name whatever the recipe: a DynamoGraphDeployment whose name changes is replaced, not patched, and the
@@ -255,7 +147,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     for key, rr in recipe.roles.items():
         over = cfg.serving.roles.get(key)
         util = over.gpu_memory_utilization if over and over.gpu_memory_utilization else rr.gpu_memory_utilization
-        topology[key] = _topology(key, rr, over, platform, util, recipe.kv_cache_dtype, recipe.max_model_len)
+        topology[key] = role_topology(key, rr, over, platform, util, recipe.kv_cache_dtype, recipe.max_model_len)
     transport, transport_reason = choose_kv_transport(
         recipe, cfg, platform, image, {key: nodes * replicas[key] for key, (_, nodes) in topology.items()}
     )
