@@ -11,41 +11,17 @@ from components.monitoring import Monitoring, MonitoringArgs
 from components.platform import Addons, AddonsArgs
 from components.serving_graph import BenchmarkArgs, ServingGraph, ServingGraphArgs, SmokeTestArgs
 from kimi_k3 import names
-from kimi_k3.aws import cluster as aws_cluster
 from kimi_k3.aws import nodes as aws
 from kimi_k3.aws import storage as aws_storage
+from kimi_k3.blueprint import Blueprint
 from kimi_k3.config import stack
-from kimi_k3.config.stack import parse_stack_config
 from kimi_k3.config.stack_files import in_stack_file
 from kimi_k3.errors import UserError
-from kimi_k3.facts import model
-from kimi_k3.graph.build import build_graph, cache_size_gi
-from kimi_k3.k8s import deployment as manifests
-from kimi_k3.k8s import monitoring, node_local, platform_set
-from kimi_k3.k8s.addons import addon_specs
+from kimi_k3.k8s import monitoring, node_local
 
 raw = runtime_config.CONFIG.get()
 try:  # validate everything before the first resource is registered: bad input is one message, never a traceback
-    cfg = parse_stack_config(raw, {k for k in raw if runtime_config.is_config_secret(k)})
-    graph = build_graph(pulumi.get_stack(), cfg)
-    cache_gi = cache_size_gi(cfg, model.checkpoint_bytes(model.load_model_facts()))
-    eks_mode = cfg.cluster.mode == "eks"
-    storage_kind = cfg.storage.resolved_kind
-    if eks_mode:
-        gpu_plan = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes, efa=graph.kv_transport == "efa")
-        subnets = aws_cluster.subnet_plan(cfg)
-        endpoint = aws_cluster.endpoint_access(cfg.cluster)
-        aws_storage.check_storage(cfg, cache_gi)
-    addons = addon_specs(cfg, gpu_plan.instance.name if eks_mode else None, kv_over_efa=graph.kv_transport == "efa")
-    # Operator, Grove, KAI, DRA driver and CRD versions move together (recipes/platform/platform-set.yaml).
-    platform_set.check(
-        addons,
-        cfg.cluster.kubernetes_version if eks_mode else None,
-        {
-            "DynamoGraphDeployment": manifests.graph_deployment(graph)["apiVersion"],
-            **{"ComputeDomain": manifests.compute_domain(graph, k)["apiVersion"] for k in graph.compute_domains[:1]},
-        },
-    )
+    blueprint = Blueprint.from_engine(pulumi.get_stack(), raw, {k for k in raw if runtime_config.is_config_secret(k)})
 except UserError as err:
     raise pulumi.RunError(in_stack_file(pulumi.get_stack(), err)) from None
 except Exception as err:  # noqa: BLE001 - a check that failed to say what is wrong is still reported in one line
@@ -53,6 +29,10 @@ except Exception as err:  # noqa: BLE001 - a check that failed to say what is wr
         f"Pulumi.{pulumi.get_stack()}.yaml: the configuration could not be validated "
         f"({type(err).__name__}: {err}); this is a kimi-k3 bug, please report it"
     ) from None
+cfg, graph, cache_gi, addons = blueprint.config, blueprint.graph, blueprint.cache_gi, blueprint.addons
+eks_mode = blueprint.eks
+storage_kind = cfg.storage.resolved_kind
+gpu_plan = blueprint.gpu_nodes
 
 settings = pulumi.Config("kimi-k3")
 # Parked (`make park`): only the model cache's filesystem and the network it sits in stay; the next `up` deletes the
@@ -61,7 +41,10 @@ parked = eks_mode and cfg.cluster.parked
 eks = None
 if eks_mode:
     eks = GpuCluster(
-        "kimi-k3-eks", GpuClusterArgs(cfg.cluster, gpu_plan, subnets, graph.platform.name, endpoint, parked=parked)
+        "kimi-k3-eks",
+        GpuClusterArgs(
+            cfg.cluster, gpu_plan, list(blueprint.subnets), graph.platform.name, blueprint.endpoint, parked=parked
+        ),
     )
 if parked:
     pulumi.export("parked", True)

@@ -1,24 +1,156 @@
-"""plan.py, stack_files.py -> blueprint.py: moved by tools/relayout (issue 26)."""
+"""The whole stack resolved once, as data: config -> serving graph -> cloud node plan -> memory/cost plan ->
+durations -> add-ons, validated together. `__main__.py` (from the engine's config) and the offline commands (from
+the stack file) read the same frozen `Blueprint`; nothing downstream re-reads the stack or re-derives a plan."""
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Optional
 
+from kimi_k3.aws import cluster as aws_cluster
 from kimi_k3.aws import nodes as aws
+from kimi_k3.aws import storage as aws_storage
 from kimi_k3.config.base import ConfigError
 from kimi_k3.config.stack import StackConfig, parse_stack_config
 from kimi_k3.config.stack_files import StackError, in_stack_file, read_stack_config
 from kimi_k3.errors import UserError
+from kimi_k3.facts import model
 from kimi_k3.facts import platforms as facts_platforms
-from kimi_k3.graph.build import build_graph
+from kimi_k3.graph import durations
+from kimi_k3.graph.build import build_graph, cache_size_gi
 from kimi_k3.graph.model import ServingGraph
+from kimi_k3.k8s import deployment as manifests
+from kimi_k3.k8s import platform_set
+from kimi_k3.k8s.addons import AddonSpec, addon_specs
 from kimi_k3.sizing import cost as planner
 from kimi_k3.sizing import memory
 
 
-def _rebudget(stack: planner.StackPlan, budget_gib: float) -> planner.StackPlan:
+@dataclass(frozen=True)
+class Blueprint:
+    """One stack, resolved and validated once. Frozen: a command that wants another view derives a new value
+    (`dataclasses.replace`), it never edits this one."""
+
+    stack: str
+    config: StackConfig
+    graph: ServingGraph
+    cache_gi: int  # the model cache's size (PVC / filesystem), GiB
+    gpu_nodes: Optional[aws.GpuNodePlan]  # eks mode: the GPU node group, checked against the reservation
+    subnets: tuple[aws_cluster.SubnetPlan, ...]  # eks mode: the VPC's subnets (() otherwise)
+    endpoint: Optional[dict[str, Any]]  # eks mode: the API endpoint's access
+    addons: tuple[AddonSpec, ...]
+    plan: planner.StackPlan  # memory per role, cold start, cost (what `kimi-k3 plan STACK` prints)
+    durations: durations.Estimates  # the critical path's step estimates
+
+    @property
+    def eks(self) -> bool:
+        return self.config.cluster.mode == "eks"
+
+    @property
+    def reservation_nodes(self) -> Optional[int]:
+        """The GPU nodes the reservation holds (eks mode), else None: the ceiling a rollout or autoscaler has."""
+        return self.gpu_nodes.max_nodes if self.gpu_nodes is not None else None
+
+    @property
+    def autoscaling(self):
+        """The SLA planner's resolved deployment (kimi_k3.graph.autoscaling.Autoscaling), or None."""
+        return self.graph.autoscaling
+
+    @classmethod
+    def resolve(cls, stack: str, cfg: StackConfig, graph: Optional[ServingGraph] = None) -> "Blueprint":
+        """Everything the program and the commands derive from a validated config, once (raises UserError)."""
+        graph = graph if graph is not None else build_graph(stack, cfg)
+        cache_gi = cache_size_gi(cfg, model.checkpoint_bytes(model.load_model_facts()))
+        gpu_nodes, subnets, endpoint = None, (), None
+        if cfg.cluster.mode == "eks":
+            gpu_nodes = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes, efa=graph.kv_transport == "efa")
+            subnets = tuple(aws_cluster.subnet_plan(cfg))
+            endpoint = aws_cluster.endpoint_access(cfg.cluster)
+            aws_storage.check_storage(cfg, cache_gi)
+        addons = tuple(
+            addon_specs(cfg, gpu_nodes.instance.name if gpu_nodes else None, kv_over_efa=graph.kv_transport == "efa")
+        )
+        # Operator, Grove, KAI, DRA driver and CRD versions move together (recipes/platform/platform-set.yaml).
+        platform_set.check(
+            addons,
+            cfg.cluster.kubernetes_version if gpu_nodes else None,
+            {
+                "DynamoGraphDeployment": manifests.graph_deployment(graph)["apiVersion"],
+                **{
+                    "ComputeDomain": manifests.compute_domain(graph, k)["apiVersion"] for k in graph.compute_domains[:1]
+                },
+            },
+        )
+        return cls(
+            stack=stack,
+            config=cfg,
+            graph=graph,
+            cache_gi=cache_gi,
+            gpu_nodes=gpu_nodes,
+            subnets=subnets,
+            endpoint=endpoint,
+            addons=addons,
+            plan=stack_plan_of(cfg, graph, gpu_nodes),
+            durations=durations.estimates(cfg, graph),
+        )
+
+    @classmethod
+    def from_engine(cls, stack: str, raw: dict[str, str], secret_keys: set[str]) -> "Blueprint":
+        """`__main__.py`: the engine's config (Pulumi's `kimi-k3:*` keys as strings) resolved (raises UserError)."""
+        return cls.resolve(stack, parse_stack_config(raw, secret_keys))
+
+    @classmethod
+    def for_stack(cls, name: str, root: Path | None = None) -> "Blueprint":
+        """The offline commands: Pulumi.NAME.yaml resolved without Pulumi (errors name the stack file)."""
+        cfg, graph = load_stack(name) if root is None else load_stack(name, root)
+        try:
+            return cls.resolve(name, cfg, graph)
+        except StackError:
+            raise
+        except UserError as err:  # the node plan, storage and add-on checks, as `pulumi up` would refuse them
+            raise StackError(in_stack_file(name, err)) from None
+
+
+def stack_plan_of(cfg: StackConfig, graph: ServingGraph, gpu_nodes: Optional[aws.GpuNodePlan]) -> planner.StackPlan:
+    """A stack's memory, cold-start and cost plan from its typed config, graph and GPU node plan (eks mode)."""
+    roles = [
+        memory.RoleSpec(
+            name=r.key,
+            gpu=graph.platform.name,
+            tp=r.tp,
+            nodes_per_replica=r.nodes_per_replica,
+            replicas=r.replicas,
+            gpu_memory_utilization=r.gpu_memory_utilization,
+            kv_cache_dtype=r.kv_cache_dtype,
+            max_model_len=r.max_model_len,
+            dcp=r.dcp,
+            load_format=r.load_format,
+            prefix_caching=r.prefix_caching,
+        )
+        for r in graph.roles
+    ]
+    # A Capacity Block is paid whole: the reservation's instances, used or not.
+    billed = gpu_nodes.max_nodes if gpu_nodes is not None and gpu_nodes.capacity_block else None
+    pricing = (
+        None
+        if cfg.pricing is None
+        else planner.Pricing(
+            instance_hour_usd=cfg.pricing.instance_hour_usd,
+            gpus_per_instance=graph.platform.gpus_per_node,
+            source=cfg.pricing.source,
+            as_of=cfg.pricing.as_of,
+            billed_instances=billed,
+        )
+    )
+    fsx = cfg.storage.fsx  # the stack's filesystem size and tier set its aggregate throughput
+    return planner.plan_stack(
+        roles, pricing, facts_platforms.load_storage_backends(fsx.storage_capacity_gib, fsx.per_unit_storage_throughput)
+    )
+
+
+def rebudget(stack: planner.StackPlan, budget_gib: float) -> planner.StackPlan:
+    """The plan with a given KV pool per GPU (`plan --kv-budget-gib`), refused above what a role has left."""
     roles = []
     for r in stack.roles:
         s = r.spec
@@ -44,62 +176,13 @@ def _rebudget(stack: planner.StackPlan, budget_gib: float) -> planner.StackPlan:
     return replace(stack, roles=tuple(roles))
 
 
-def _from_graph(args: argparse.Namespace) -> tuple[planner.StackPlan, str]:
-    from kimi_k3.blueprint import load_stack
-    from kimi_k3.graph.model import role_flag, role_prefix_caching
-
-    cfg, graph = load_stack(args.stack)
-    roles = [
-        memory.RoleSpec(
-            name=r.key,
-            gpu=graph.platform.name,
-            tp=r.tp,
-            nodes_per_replica=r.nodes_per_replica,
-            replicas=r.replicas,
-            gpu_memory_utilization=r.gpu_memory_utilization,
-            kv_cache_dtype=r.kv_cache_dtype,
-            max_model_len=r.max_model_len,
-            dcp=r.dcp,
-            load_format=role_flag(r, "--load-format", "auto"),
-            prefix_caching=role_prefix_caching(r),
-        )
-        for r in graph.roles
-    ]
-    billed = None
-    if cfg.cluster.mode == "eks":  # a Capacity Block is paid whole: the reservation's instances, used or not
-        nodes = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes)
-        billed = nodes.max_nodes if nodes.capacity_type == "CAPACITY_BLOCK" else None
-    pricing = (
-        None
-        if cfg.pricing is None
-        else planner.Pricing(
-            instance_hour_usd=cfg.pricing.instance_hour_usd,
-            gpus_per_instance=graph.platform.gpus_per_node,
-            source=cfg.pricing.source,
-            as_of=cfg.pricing.as_of,
-            billed_instances=billed,
-        )
-    )
-    fsx = cfg.storage.fsx  # the stack's filesystem size and tier set its aggregate throughput
-    stack = planner.plan_stack(
-        roles,
-        pricing,
-        facts_platforms.load_storage_backends(fsx.storage_capacity_gib, fsx.per_unit_storage_throughput),
-        output_tokens_per_second=args.output_tokens_per_second,
-    )
-    if args.kv_budget_gib is not None:
-        stack = _rebudget(stack, args.kv_budget_gib)
-    return stack, f"stack {args.stack}"
-
-
 def stack_plan(name: str) -> planner.StackPlan:
     """A stack's plan as `kimi-k3 plan NAME` computes it (its own pricing, storage and roles)."""
-    args = argparse.Namespace(stack=name, output_tokens_per_second=None, kv_budget_gib=None)
-    return _from_graph(args)[0]
+    return Blueprint.for_stack(name).plan
 
 
 def load_stack(stack: str, root: Path | None = None) -> tuple[StackConfig, ServingGraph]:
-    """The validated config and serving graph of a stack, without Pulumi (for plan and check)."""
+    """The validated config and serving graph of a stack, without Pulumi (what Blueprint.for_stack starts from)."""
     stack_file = read_stack_config(stack, root)
     try:
         cfg = parse_stack_config(stack_file.config, stack_file.secrets)

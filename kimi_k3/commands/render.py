@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from kimi_k3.atomic import write_text
+from kimi_k3.blueprint import Blueprint
 from kimi_k3.config.stack_files import (
     StackError,
     project_root,
@@ -33,6 +34,13 @@ def render_shared_stack(stack: str, root: Path | None = None) -> Rendered:
     refuse_per_user_values(stack, root or project_root())
     refuse_literal_secrets(stack, rendered.objects)  # before anything is written
     return rendered
+
+
+def blueprint_of(rendered: Rendered) -> Blueprint:
+    """The Blueprint the program itself resolved while it rendered: the figures read that, never a second one."""
+    if not isinstance(rendered.blueprint, Blueprint):
+        raise UserError(f"{rendered.stack}: the program left no `blueprint` (__main__.py resolves one); a kimi-k3 bug")
+    return rendered.blueprint
 
 
 # ------------------------------------------------------------------------------------------- the command
@@ -82,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
                 stack_figures,  # GPUs, cost/h, time to first token: what `kimi-k3 diff` compares
             )
 
-            figures = json.dumps(stack_figures(stack, rendered.resources), indent=2, sort_keys=True) + "\n"
+            figures = json.dumps(stack_figures(blueprint_of(rendered), rendered.resources), indent=2, sort_keys=True)
+            figures += "\n"
             rendered.write(out)
             write_text(out / "figures.json", figures)
         except OSError as exc:
@@ -99,11 +108,10 @@ def run(args: argparse.Namespace) -> int:
                 + "; ".join(rendered.assumed)
             )
         if args.critical_path:
-            from kimi_k3.blueprint import load_stack
             from kimi_k3.offline import critical_path
 
-            cfg, graph = load_stack(stack)
-            print("\n".join(critical_path.report(rendered.resources, cfg, graph)))
+            bp = blueprint_of(rendered)
+            print("\n".join(critical_path.report(rendered.resources, bp.config, bp.graph, bp.durations)))
     return 0
 
 

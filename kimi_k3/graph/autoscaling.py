@@ -24,7 +24,6 @@ from kimi_k3.config.stack import StackConfig
 from kimi_k3.data import recipe_file
 
 KEY = "kimi-k3:serving.autoscaling"
-MAX_DECODE_BATCH = 256  # our recipes' --max-num-seqs: a decode batch never exceeds it (kimi_k3.sizing.perf)
 
 
 def facts() -> dict[str, Any]:
@@ -303,7 +302,12 @@ def profile_files(graph, mode: str) -> dict[str, str]:
     )
     max_kv = role_plans.role_kv_plans(graph)[decode.key].single_request_tokens
     try:
-        table = mocker.mocker_profile(layout, resolution=f["profile_resolution"], max_active_kv_tokens=max_kv)
+        table = mocker.mocker_profile(
+            layout,
+            resolution=f["profile_resolution"],
+            max_active_kv_tokens=max_kv,
+            max_num_seqs=graph.decode_max_num_seqs,
+        )
     except perf_layout.PerfError as exc:
         raise ConfigError(
             f"{KEY}.enabled = true: the performance model has no numbers for this layout ({exc}); "
@@ -321,7 +325,8 @@ def profile_files(graph, mode: str) -> dict[str, str]:
     for kv, row in zip(table["decode_active_kv_tokens"], table["decode_itl"]):
         for ctx, itl in zip(table["decode_context_length"], row):
             batch = kv / ctx
-            if not 1 <= batch <= MAX_DECODE_BATCH:  # less than one request, or more than a worker runs at once
+            # less than one request, or more than a decode worker runs at once (its --max-num-seqs)
+            if batch < 1 or (graph.decode_max_num_seqs is not None and batch > graph.decode_max_num_seqs):
                 continue
             x.append(_r(kv / max_kv))
             y.append(_r(ctx))

@@ -13,23 +13,22 @@ from kimi_k3.config.stack import StackConfig
 from kimi_k3.data import recipe_file
 from kimi_k3.facts.aws import load_aws_facts
 from kimi_k3.facts.images import NODE_ARCHES, image_facts, image_tag, kube_arch, names_runtime_version, pin_problem
-from kimi_k3.facts.model import load_model_facts
-from kimi_k3.facts.platforms import Platform, load_platforms
+from kimi_k3.facts.platforms import load_platforms
 from kimi_k3.graph.compile_cache import compile_cache_env, compile_cache_key
 from kimi_k3.graph.kv_transport import _kv_over_efa, choose_kv_transport
-from kimi_k3.graph.model import Frontend, Role, ServingGraph, role_flag
+from kimi_k3.graph.model import Frontend, Role, ServingGraph
 from kimi_k3.graph.recipe import (
     DERIVED_FRONTEND_FLAGS,
     DERIVED_WORKER_FLAGS,
     Recipe,
-    RoleRecipe,
     _check_overridable,
     flag_list,
     load_recipe,
     merge,
 )
+from kimi_k3.graph.topology import role_topology
+from kimi_k3.graph.worker_fields import role_fields
 from kimi_k3.names import GRAPH_NAME
-from kimi_k3.sizing.memory import _prefix_caching, memory_fit, vllm_block_size
 
 SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 # Dynamo's bounds for --migration-limit (frontend_args.py validate(): a u32; 0 = migration off).
@@ -82,79 +81,6 @@ def _replicas(recipe: Recipe, cfg: StackConfig) -> dict[str, int]:
                 "kimi-k3:cluster.gpuNodes.desiredNodes = 0 or run pulumi destroy, which keeps the weights)"
             )
     return replicas
-
-
-def _divides_heads(tp: int) -> bool:
-    m = load_model_facts()
-    return m.kda_heads % tp == 0 and m.mla_heads % tp == 0
-
-
-def allowed_tps(platform: Platform, util: float, kv_dtype: str, max_len: int) -> list[int]:
-    """Every TP a role may use on this platform: whole nodes, >= 2 nodes (Dynamo multinode), within one NVLink
-    domain, dividing the attention heads, and fitting weights plus one max-length request (the planner)."""
-    gpn = platform.gpus_per_node
-    out = []
-    for nodes in range(2, platform.nvlink_domain_nodes + 1):
-        tp = nodes * gpn
-        if (
-            _divides_heads(tp)
-            and memory_fit(
-                platform.name, tp, gpu_memory_utilization=util, kv_cache_dtype=kv_dtype, max_model_len=max_len
-            )[0]
-        ):
-            out.append(tp)
-    return out
-
-
-def _topology(
-    key: str, recipe_role: RoleRecipe, over, platform: Platform, util: float, kv_dtype: str, max_len: int
-) -> tuple[int, int]:
-    """(tp, nodes per replica), checked: whole nodes, multinode (>= 2 nodes), within one NVLink domain, dividing
-    the heads, fitting in memory. Every message lists the TPs that pass all of these checks."""
-    where = f"kimi-k3:serving.roles.{key}"
-    gpn = platform.gpus_per_node
-    tp = over.tp if over and over.tp is not None else None
-    nodes = over.nodes_per_replica if over and over.nodes_per_replica is not None else None
-    if tp is None and nodes is not None:
-        tp = nodes * gpn
-    tp = tp if tp is not None else recipe_role.tp
-
-    def allowed() -> str:
-        return f"allowed on {platform.name}: {', '.join(map(str, allowed_tps(platform, util, kv_dtype, max_len)))}"
-
-    if tp % gpn:
-        raise ConfigError(
-            f"{where}.tp = {tp}: must be a multiple of {gpn} (GPUs per {platform.name} node), "
-            f"so every pod takes a whole node; {allowed()}"
-        )
-    derived_nodes = tp // gpn
-    if nodes is not None and nodes != derived_nodes:
-        raise ConfigError(
-            f"{where}.nodesPerReplica = {nodes}: TP{tp} on {platform.name} spans {derived_nodes} nodes "
-            f"of {gpn} GPUs; set tp = nodesPerReplica x {gpn}"
-        )
-    if derived_nodes < 2:
-        raise ConfigError(
-            f"{where}.tp = {tp}: gives multinode nodeCount {derived_nodes}; Dynamo multinode needs "
-            f"nodeCount >= 2 (TP >= {2 * gpn} on {platform.name}); {allowed()}"
-        )
-    if derived_nodes > platform.nvlink_domain_nodes:
-        raise ConfigError(
-            f"{where}.tp = {tp}: spans {derived_nodes} nodes, more than one NVLink domain holds "
-            f"({platform.nvlink_domain_nodes} {platform.name} nodes); {allowed()}"
-        )
-    if not _divides_heads(tp):
-        m = load_model_facts()
-        raise ConfigError(
-            f"{where}.tp = {tp}: must divide Kimi K3's {m.mla_heads} attention heads "
-            f"({m.kda_heads} KDA, {m.mla_heads} MLA); {allowed()}"
-        )
-    fits, why = memory_fit(
-        platform.name, tp, gpu_memory_utilization=util, kv_cache_dtype=kv_dtype, max_model_len=max_len
-    )  # the planner's memory model is also the policy pack's fit rule
-    if not fits:
-        raise ConfigError(f"{where}.tp = {tp}: {why}; use a larger TP ({allowed()})")
-    return tp, derived_nodes
 
 
 def _dcp(key: str, role_type: str, tp: int, over, flags: dict[str, FlagValue], image: str) -> int:
@@ -221,7 +147,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     for key, rr in recipe.roles.items():
         over = cfg.serving.roles.get(key)
         util = over.gpu_memory_utilization if over and over.gpu_memory_utilization else rr.gpu_memory_utilization
-        topology[key] = _topology(key, rr, over, platform, util, recipe.kv_cache_dtype, recipe.max_model_len)
+        topology[key] = role_topology(key, rr, over, platform, util, recipe.kv_cache_dtype, recipe.max_model_len)
     transport, transport_reason = choose_kv_transport(
         recipe, cfg, platform, image, {key: nodes * replicas[key] for key, (_, nodes) in topology.items()}
     )
@@ -275,7 +201,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             "--gpu-memory-utilization": util,
             "--kv-cache-dtype": recipe.kv_cache_dtype,
             "--max-model-len": recipe.max_model_len,
-            "--block-size": 0,  # set below from the role's final flags (vllm_block_size)
+            "--block-size": 0,  # set below from the role's final flags (role_fields)
         }
         events = (
             {
@@ -293,11 +219,12 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             flags = merge(flags, {"--decode-context-parallel-size": dcp})
         if efa:
             flags = _kv_over_efa(flags)
-        block = vllm_block_size(flag_list(flags))
+        fields = role_fields(flags)
+        block = fields["block_size"]
         if recipe.block_size is not None and recipe.block_size != block:
             raise ConfigError(
                 f"recipes/profiles/{cfg.recipe}.yaml: blockSize = {recipe.block_size}: vLLM runs role {key} "
-                f"(TP{tp}, prefix caching {'on' if _prefix_caching(flag_list(flags)) else 'off'}) "
+                f"(TP{tp}, prefix caching {'on' if fields['prefix_caching'] else 'off'}) "
                 f"with {block}-token blocks and hashes prefixes and publishes KV events in them; "
                 f"allowed: {block}, or leave blockSize out (derived)"
             )
@@ -332,11 +259,12 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
                 compile_cache_key=cache_key,
                 nvlink_group=name if transport == "nvlink" else f"{name}-{key}",
                 compute_domain="nvlink" if shared_domain else key,
+                **fields,
             )
         )
     # Roles of one TP share one block (every shipped stack); with mixed TP the frontend flag names the first role's,
     # and Dynamo's router still routes each worker set by the block its model card registers (watcher.rs).
-    block_size = int(role_flag(roles[0], "--block-size"))
+    block_size = roles[0].block_size
     fe = cfg.serving.frontend
     _check_overridable(fe.extra_args, DERIVED_FRONTEND_FLAGS, "kimi-k3:serving.frontend.extraArgs")
     migration = fe.migration_limit if fe.migration_limit is not None else default_migration_limit()

@@ -9,7 +9,6 @@ from kimi_k3.aws import storage
 from kimi_k3.config.stack import StackConfig
 from kimi_k3.data import recipe_file
 from kimi_k3.facts import model, platforms
-from kimi_k3.graph.model import role_flag
 from kimi_k3.sizing import memory
 
 
@@ -87,11 +86,7 @@ def load_estimate(cfg: StackConfig, graph) -> tuple[float, str]:
         # Each pod reads its share from its own node's NVMe copy: nothing shared, nothing over the link.
         nvme = platforms.load_storage_backends()["nvme"]
         per_pod = max(
-            (
-                memory.bytes_per_pod(m, r.tp, r.gpus_per_node, role_flag(r, "--load-format", "auto"))
-                for r in graph.roles
-                if r.replicas
-            ),
+            (memory.bytes_per_pod(m, r.tp, r.gpus_per_node, r.load_format) for r in graph.roles if r.replicas),
             default=0,
         )
         if not per_pod:
@@ -101,9 +96,7 @@ def load_estimate(cfg: StackConfig, graph) -> tuple[float, str]:
         ), f"node-local nvme: {per_pod / model.GB:.0f} GB/pod at {nvme.per_client_gbps:g} GB/s"
     backend, link = weights_backend(cfg), link_gbps(cfg)
     reads = [
-        (memory.bytes_per_pod(m, r.tp, r.gpus_per_node, role_flag(r, "--load-format", "auto")), r.nodes)
-        for r in graph.roles
-        if r.replicas
+        (memory.bytes_per_pod(m, r.tp, r.gpus_per_node, r.load_format), r.nodes) for r in graph.roles if r.replicas
     ]
     if not reads:
         return 0.0, "no workers"

@@ -41,6 +41,12 @@ class Role:
     # Key of the ComputeDomain (IMEX domain) this role claims: roles that hand KV over NVLink share one, since a
     # pod cannot import memory exported in another IMEX domain (NVIDIA DRA driver docs).
     compute_domain: str = ""
+    # Typed from the role's final flags once (graph/build.py); `args` is their rendering, never parsed back.
+    block_size: int = 0  # vLLM's aligned hybrid block (--block-size)
+    load_format: str = "auto"  # --load-format: how much of the checkpoint each pod reads
+    prefix_caching: bool = True  # --enable-prefix-caching / --no-enable-prefix-caching (vLLM V1's default: on)
+    max_num_seqs: Optional[int] = None  # --max-num-seqs: requests one worker runs at once (None = vLLM's default)
+    speculative_config: str = ""  # --speculative-config JSON as the recipe gives it, "" = none
 
     @property
     def gpus(self) -> int:
@@ -103,6 +109,12 @@ class ServingGraph:
         return sum(r.nodes for r in self.roles)
 
     @property
+    def decode_max_num_seqs(self) -> Optional[int]:
+        """The most requests a decoding worker runs at once (its role's --max-num-seqs; None: the recipe sets none)."""
+        seqs = [r.max_num_seqs for r in self.roles if r.type != "prefill" and r.max_num_seqs is not None]
+        return max(seqs) if seqs else None
+
+    @property
     def compute_domains(self) -> tuple[str, ...]:
         """The ComputeDomain keys roles claim, each once, in role order."""
         return tuple(dict.fromkeys(r.compute_domain for r in self.roles))
@@ -114,7 +126,8 @@ class ServingGraph:
 
 
 def role_flag(role: "Role", flag: str, default: Optional[str] = None) -> Optional[str]:
-    """The value a role's worker gets for `flag` (the last one wins, as in argparse)."""
+    """The value a rendered worker argv gives `flag` (the last one wins, as in argparse). For reading what was
+    rendered (tests, rules); the program reads the Role's typed fields."""
     value = default
     for i, arg in enumerate(role.args[:-1]):
         if arg == flag:

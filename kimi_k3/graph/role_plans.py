@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kimi_k3.graph.model import ServingGraph, role_prefix_caching
+from kimi_k3.graph.model import ServingGraph
 from kimi_k3.sizing.memory import RolePlan, plan_role
 
 
@@ -17,7 +17,7 @@ def role_kv_plans(graph: ServingGraph, kv_budget_gib: float | None = None) -> di
             gpu_memory_utilization=r.gpu_memory_utilization,
             kv_cache_dtype=r.kv_cache_dtype,
             max_model_len=r.max_model_len,
-            prefix_caching=role_prefix_caching(r),
+            prefix_caching=r.prefix_caching,
             kv_budget_gib=kv_budget_gib,
         )
         for r in graph.roles

@@ -6,7 +6,7 @@ import math
 
 from kimi_k3.facts.images import kube_arch, runtime_user
 from kimi_k3.graph.compile_cache import compile_cache_spec
-from kimi_k3.graph.model import Role, ServingGraph, role_flag
+from kimi_k3.graph.model import Role, ServingGraph
 from kimi_k3.k8s.monitoring import ROLE_LABEL, role_labels
 from kimi_k3.k8s.node_local import PREFETCH_PORT, node_local_dir, remote_cache_path
 from kimi_k3.k8s.objects import Obj, _arch_requirement, _env, _meta, _node_affinity, _resources
@@ -54,7 +54,7 @@ def runtime_security_context() -> Obj:
 def smoke_block_size(graph: ServingGraph) -> int:
     """The largest KV block any worker runs (its --block-size, as vLLM runs it): the smoke test's cache-hit probe
     spans whole blocks of it, in the Job and in the rehearsal alike."""
-    return max(int(role_flag(r, "--block-size")) for r in graph.roles)
+    return max(r.block_size for r in graph.roles)
 
 
 def compute_domain(graph: ServingGraph, key: str) -> Obj:

@@ -218,9 +218,10 @@ def goals() -> dict[str, float]:
     return dict(_defaults()["goals"])
 
 
-def report(resources: list[dict[str, Any]], cfg: StackConfig, graph) -> list[str]:
-    """What `kimi-k3 render` prints: the fresh-account critical path and the re-deploy path, each against its goal."""
-    est = estimates(cfg, graph)
+def report(resources: list[dict[str, Any]], cfg: StackConfig, graph, est: Optional[Estimates] = None) -> list[str]:
+    """What `kimi-k3 render` prints: the fresh-account critical path and the re-deploy path, each against its goal.
+    `est`: the stack's estimates where they are resolved already (Blueprint.durations)."""
+    est = est if est is not None else estimates(cfg, graph)
     g = goals()
     fresh = critical_path(resources, est)
     again = critical_path(resources, redeploy(est), existing=True)

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from kimi_k3.blueprint import Blueprint
 
-def stack_figures(stack: str, resources: list[dict[str, Any]]) -> dict[str, Any]:
-    from kimi_k3.blueprint import load_stack, stack_plan
-    from kimi_k3.graph import durations
+
+def stack_figures(blueprint: Blueprint, resources: list[dict[str, Any]]) -> dict[str, Any]:
     from kimi_k3.offline import critical_path
 
-    cfg, graph = load_stack(stack)
-    plan = stack_plan(stack)
-    path = critical_path.critical_path(resources, durations.estimates(cfg, graph))
+    graph, plan = blueprint.graph, blueprint.plan
+    path = critical_path.critical_path(resources, blueprint.durations)
     cost, used = plan.cost_per_hour_usd, plan.used_cost_per_hour_usd
     return {
         "gpus": graph.gpus,

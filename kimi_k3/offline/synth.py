@@ -100,6 +100,8 @@ class Rendered:
     objects: list[dict[str, Any]]
     outputs: dict[str, Any]
     assumed: list[str] = field(default_factory=list)  # per-user values the stack file lacks, as placeholders
+    # The kimi_k3.blueprint.Blueprint the program resolved and registered from: what render's figures read.
+    blueprint: Any = None
 
     def write(self, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -247,8 +249,13 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
     cwd = Path.cwd()
     sys.path.insert(0, str(root))
     os.chdir(root)
+    program: dict[str, Any] = {}  # the program's globals once it has run: its `blueprint`
     try:
-        _sync_await(runtime_stack.run_in_stack(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
+        _sync_await(
+            runtime_stack.run_in_stack(
+                lambda: program.update(runpy.run_path(str(root / "__main__.py"), run_name="__main__"))
+            )
+        )
     except pulumi.RunError as err:
         raise RenderError(str(err), [r["urn"] for r in records]) from None
     finally:
@@ -266,6 +273,7 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
         resources=sorted(records, key=lambda r: r["urn"]),
         objects=sorted(k8s_objects, key=_object_key),
         outputs=outputs,
+        blueprint=program.get("blueprint"),
     )
 
 

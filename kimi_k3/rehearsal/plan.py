@@ -209,7 +209,7 @@ def perf_profile(graph: ServingGraph) -> dict[str, Any]:
         perf.RoleLayout(r.key, "prefill" if r.type == "prefill" else "decode", graph.platform.name, r.tp, r.replicas)
         for r in graph.roles
     )
-    return mocker.mocker_profile(layout)
+    return mocker.mocker_profile(layout, max_num_seqs=graph.decode_max_num_seqs)
 
 
 def plan_rehearsal(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kimi_k3.atomic import write_text, write_with
-from kimi_k3.blueprint import load_stack
+from kimi_k3.blueprint import Blueprint
 from kimi_k3.config.base import ConfigError
 from kimi_k3.config.stack_files import StackError, stack_name_problem
 from kimi_k3.errors import UserError, check_writable_dir
@@ -55,7 +55,8 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         problem = stack_name_problem(args.stack)
         if problem:
             raise StackError(problem)
-        cfg, graph = load_stack(args.stack)
+        bp = Blueprint.for_stack(args.stack)  # the stack resolved once; the rehearsal reads only this
+        cfg, graph = bp.config, bp.graph
     except (StackError, ConfigError) as err:
         say(f"kimi-k3 rehearse {args.stack}: {err}")
         return 2

@@ -11,13 +11,18 @@ from kimi_k3.sizing.layout import DEFAULT_OSL, Layout, PerfError
 
 
 def mocker_profile(
-    layout: Layout, osl: int = DEFAULT_OSL, resolution: int = 24, max_active_kv_tokens: Optional[int] = None
+    layout: Layout,
+    osl: int = DEFAULT_OSL,
+    resolution: int = 24,
+    max_active_kv_tokens: Optional[int] = None,
+    max_num_seqs: Optional[int] = None,
 ) -> dict[str, Any]:
     """Dynamo mocker timing tables from the calibrated model of `layout`, in the mocker-format NPZ keys of
     dynamo/mocker 1.6.1 (utils/planner_profiler_perf_data_converter.py, on regular grids as it makes them):
     prefill_ttft_ms by prefill_isl, and decode_itl[active KV tokens][context length] in ms, where the decode
     batch is active tokens / context length. Outside the table (contexts below 8k, more than 64 requests per
-    worker, up to 256) the nearest covered point is used, scaled by the extra load."""
+    worker, up to the decode workers' `max_num_seqs`, their --max-num-seqs; None: no cap) the nearest covered point is
+    used, scaled by the extra load."""
     cal = calibration()
     fits = []
     for isl in aic.CONTEXTS:  # context lengths where one request fits (aiconfigurator's memory check)
@@ -55,8 +60,8 @@ def mocker_profile(
         raw, _ = raw_estimate(layout.point(isl, osl, 1), live=False)
         prefill.append(round(cal.apply(raw, 1, prefill_batch=1)["ttft_ms"], 3))
     kv_grid, ctx_grid = grid(0, float(max_active_kv_tokens)), grid(1, hi)
-    # A worker never runs more than its --max-num-seqs (256 in our recipes) at once.
-    itl = [[round(tpot(ctx, min(kv / ctx, 256.0)), 3) for ctx in ctx_grid] for kv in kv_grid]
+    cap = float("inf") if max_num_seqs is None else float(max_num_seqs)  # a worker never runs more at once
+    itl = [[round(tpot(ctx, min(kv / ctx, cap)), 3) for ctx in ctx_grid] for kv in kv_grid]
     return {
         "prefill_isl": isl_grid,
         "prefill_ttft_ms": prefill,

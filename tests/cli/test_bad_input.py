@@ -25,7 +25,8 @@ from kimi_k3.errors import UserError
 from kimi_k3.facts import aws as facts_aws
 from kimi_k3.facts import model, platforms
 from kimi_k3.facts.platforms import load_platforms
-from kimi_k3.graph.build import allowed_tps, build_graph
+from kimi_k3.graph.build import build_graph
+from kimi_k3.graph.topology import allowed_tps
 from kimi_k3.offline.synth import render_stack
 
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components")

@@ -75,7 +75,10 @@ def test_a_speculative_config_in_a_recipe_turns_speculation_on(monkeypatch):
         cfg, graph = real(name)
         spec = '{"model":"Inferact/Kimi-K3-DSpark","method":"dspark","num_speculative_tokens":7}'
         roles = tuple(
-            replace(r, args=[*r.args, "--speculative-config", spec]) if r.type != "prefill" else r for r in graph.roles
+            replace(r, args=(*r.args, "--speculative-config", spec), speculative_config=spec)
+            if r.type != "prefill"
+            else r
+            for r in graph.roles
         )
         return cfg, replace(graph, roles=roles)
 

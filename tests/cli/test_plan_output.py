@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kimi_k3 import blueprint
-from kimi_k3.commands import plan as plan_cmd
+from kimi_k3.commands import plan_plots
 from kimi_k3.commands.main import main
 from kimi_k3.sizing import cost as planner
 from kimi_k3.sizing import memory
@@ -30,7 +30,7 @@ def _check_figure(fig, title_part: str):
 
 def test_plot_title_names_the_stack_and_roles_with_one_curve_share_it():
     stack = blueprint.stack_plan("gb300-disagg")  # prefill and decode: the same TP8 topology, the same curve
-    fig = plan_cmd.plan_figure(stack, "stack gb300-disagg")
+    fig = plan_plots.plan_figure(stack, "stack gb300-disagg")
     labels = _check_figure(fig, "gb300-disagg")
     assert labels == ["prefill = decode: gb300 TP8 (same curve)"]
     assert all(len(ax.get_lines()) == 1 for ax in fig.axes)
@@ -52,7 +52,7 @@ def test_plot_roles_with_different_curves_are_drawn_distinctly():
     ]
     pricing = planner.Pricing(instance_hour_usd=42.0, gpus_per_instance=4, source="test price", as_of="2026-10")
     stack = planner.plan_stack(roles, pricing)
-    fig = plan_cmd.plan_figure(stack, "ad hoc")
+    fig = plan_plots.plan_figure(stack, "ad hoc")
     labels = _check_figure(fig, "ad hoc")
     assert len(labels) == 4 and len(set(labels)) == 4
     for ax in fig.axes:
