@@ -12,11 +12,8 @@ ALLOWED = {
     # as one stdlib script: its one reason to change is the peer-copy protocol (docs/aws.md "Node-local weights"),
     # whose manifest reading, tree layout, serving and fetching are correct only together.
     "kimi_k3/pods/weights_prefetch.py": "one program shipped as one file: the peer-copy protocol",
-    "kimi_k3/commands/plan.py": PARALLEL,
-    "kimi_k3/commands/plan_perf.py": PARALLEL,
     "kimi_k3/k8s/jobs.py": PARALLEL,
     "kimi_k3/rehearsal/run.py": PARALLEL,
-    "kimi_k3/graph/build.py": PARALLEL,
 }
 
 
