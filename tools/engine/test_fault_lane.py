@@ -340,13 +340,16 @@ def test_drift_restored(world):
     put(cluster, live, "kubectl-edit")
     plain = engine.pulumi(world, "preview", "--expect-no-changes", stack=f.stack, check=False)
     doc, _ = engine.preview_steps(world, f.stack, "--refresh")
-    steps = {s["urn"].split("::")[-1]: s for s in engine.changed_steps(doc)}
+    steps = acting(doc)
     dgd = [s for s in steps.values() if s["urn"] == urn_of(f, f.graph)]
     assert dgd and dgd[0]["op"] == "update", f"preview --refresh of the edited graph: {ops(steps)}"
     diff = sorted((dgd[0].get("detailedDiff") or {}).keys())
-    assert any("replicas" in p for p in diff) and any("image" in p for p in diff) and any("args" in p for p in diff), (
-        f"preview --refresh does not show the three edits: {diff}"
+    # pulumi-kubernetes' refresh diff names the replicas and the image; an arg appended to the list it does not
+    # (recorded, not asserted): what `up --refresh` restores is checked against the API server below.
+    assert any("replicas" in p for p in diff) and any("image" in p for p in diff), (
+        f"preview --refresh does not show the replica and image edits: {diff}"
     )
+    f.facts["preview_shows_appended_arg"] = any("args" in p for p in diff)
     f.up("--refresh")
     assert cluster.get(f.graph)["metadata"]["uid"] == graph_uid, "the graph was replaced, not patched"
     restored = lane.subset_diff(f.graph["spec"], cluster.get(f.graph)["spec"])
@@ -365,7 +368,7 @@ def test_drift_restored(world):
         assert r.status_code in (200, 202), r.text[:300]
     faults.wait_for("the deletions", lambda: cluster.get(smoke) is None and cluster.get(service) is None, 60)
     doc, _ = engine.preview_steps(world, f.stack, "--refresh")
-    steps = {s["urn"].split("::")[-1]: s for s in engine.changed_steps(doc)}
+    steps = acting(doc)
     for obj in (smoke, service):
         step = next((s for s in steps.values() if s["urn"] == urn_of(f, obj)), None)
         assert step and step["op"] == "create", f"preview --refresh after deleting {obj['kind']}: {ops(steps)}"
@@ -396,6 +399,11 @@ def test_planner_owned_replicas_not_fought(world):
     got = component(cluster.get(f.graph), "decode").get("replicas")
     assert got == 5, f"up --refresh reset the planner's decode replicas to {got}"
     f.survived(decode_replicas_after_up=got)
+
+
+def acting(doc: dict) -> dict:
+    """The steps of a `preview --refresh --json` that would change something (not its refresh reads)."""
+    return {s["urn"].split("::")[-1]: s for s in engine.changed_steps(doc) if s.get("op") != "refresh"}
 
 
 def urn_of(f: Fault, obj: dict) -> str:
