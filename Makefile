@@ -21,7 +21,7 @@ USER_CONFIG = .pulumi-user/Pulumi.$(STACK).yaml
 PULUMI_ARGS = --stack $(STACK) --config-file $(USER_CONFIG)
 MIN_PYTHON := 3.11
 
-.PHONY: venv lint test test-slow test-perf perf-venv pareto guard render check plan bench pulumi-cli stack token preview up park unpark clean rehearse rehearse-venv test-rehearse help python-version diff user-config engine-tools test-engine
+.PHONY: venv lint test test-slow test-perf perf-venv pareto guard render check plan bench pulumi-cli stack token preview up park unpark clean rehearse rehearse-venv test-rehearse help python-version diff user-config engine-tools test-engine test-faults
 
 help:  ## list the targets
 	@echo "make TARGET [STACK=gb300-disagg]    (stacks: $(STACKS))"
@@ -182,7 +182,13 @@ engine-tools:  ## build the engine lane's Go tools (pinned in tools/engine/versi
 
 test-engine: venv  ## the real Pulumi engine against a local API server (network namespace, loopback only)
 	@bin=$$(tools/engine/build.sh $(ENGINE_TOOLS)) && \
-	  ENGINE_BIN=$$bin unshare --net -- sh -c 'ip link set lo up && exec $(BIN)/pytest -p no:cacheprovider -q -rs -s tools/engine'
+	  ENGINE_BIN=$$bin unshare --net -- sh -c 'ip link set lo up && exec $(BIN)/pytest -p no:cacheprovider -q -rs -s tools/engine/test_engine_lane.py'
+
+# The fault lane (docs/faults.md): interrupted up, API server restart, drift, two operators, teardown and return,
+# the cache across moves, bad state; same tools and network namespace as test-engine, its own API server.
+test-faults: venv  ## faults under the real engine and API server; prints faults tried, survived, data lost
+	@bin=$$(tools/engine/build.sh $(ENGINE_TOOLS)) && \
+	  ENGINE_BIN=$$bin unshare --net -- sh -c 'ip link set lo up && exec $(BIN)/pytest -p no:cacheprovider -q -rs -s tools/engine/test_fault_lane.py'
 
 clean:  ## remove build output and .venv (the next make rebuilds it); keeps .pulumi-state and .pulumi-user
 	rm -rf build rendered .pytest_cache $(VENV)

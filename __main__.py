@@ -1,7 +1,12 @@
 """kimi-k3: NVIDIA Dynamo serving Kimi K3 on GB200/GB300 NVL72. Thin shell: typed config in, components out."""
 
+import signal
+import threading
+
 import pulumi
 from pulumi.runtime import config as runtime_config
+from pulumi.runtime import mocks as runtime_mocks
+from pulumi.runtime import settings as runtime_settings
 
 from components.aws.cluster import GpuCluster, GpuClusterArgs
 from components.aws.storage import ModelStorage, ModelStorageArgs
@@ -18,6 +23,13 @@ from kimi_k3.config import stack
 from kimi_k3.config.stack_files import in_stack_file
 from kimi_k3.errors import UserError
 from kimi_k3.k8s import monitoring, node_local
+
+# Ctrl-C reaches every process of the terminal's group: the CLI cancels the update and ends this program itself,
+# so under the real engine it is ignored here (Python's default printed a KeyboardInterrupt traceback into `pulumi
+# up`: tools/engine/test_fault_lane.py, sigint); not under the mocks (`kimi-k3 render`, tests) or off the main thread.
+real_engine = not isinstance(runtime_settings.get_monitor(), runtime_mocks.MockMonitor)
+if real_engine and threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 raw = runtime_config.CONFIG.get()
 try:  # validate everything before the first resource is registered: bad input is one message, never a traceback

@@ -273,6 +273,10 @@ def graph_deployment(graph: ServingGraph) -> Obj:
                 # The graph-ready Job waits instead: a waitFor condition could only succeed or time out (4 h), the
                 # Job fails `up` within minutes naming the pod that cannot run (kimi_k3/pods/graph_watch.py).
                 "pulumi.com/skipAwait": "true",
+                # An out-of-band edit (kubectl edit/patch) owns the fields it changed: without force, `up` fails with
+                # a Server-Side Apply conflict instead of restoring them (provider pkg/metadata/annotations.go
+                # patchForce; tools/engine/test_fault_lane.py, drift). Fields we do not write (planner replicas) stay.
+                "pulumi.com/patchForce": "true",
                 "kimi-k3.io/recipe": graph.recipe,
                 "kimi-k3.io/gpus": str(graph.gpus),
                 "kimi-k3.io/nodes": str(graph.nodes),

@@ -82,6 +82,7 @@ class Cluster:
     def __init__(self, bin_dir: Path, work: Path):
         self.bin, self.work = bin_dir, work
         self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.args: dict[str, list[str]] = {}  # each server's command line, for restart()
         self.url = f"https://127.0.0.1:{API_PORT}"
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {TOKEN}"
@@ -89,7 +90,8 @@ class Cluster:
         self.session.trust_env = False  # else REQUESTS_CA_BUNDLE / proxies from the environment override verify
 
     def _start(self, name: str, args: list[str]) -> None:
-        logf = open(self.work / f"{name}.log", "w")
+        self.args[name] = args
+        logf = open(self.work / f"{name}.log", "a")
         proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append((name, proc))
 
@@ -218,6 +220,24 @@ class Cluster:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         self.procs.clear()
+
+    def restart(self, names: tuple[str, ...] = ("etcd", "kube-apiserver"), down_s: float = 0.0) -> None:
+        """Stop `names` (SIGTERM, then SIGKILL), wait `down_s`, start them again on the same data and certificates,
+        and wait until the API server is ready (the fault lane's API server restart)."""
+        for name in names:
+            proc = next(p for n, p in self.procs if n == name)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        self.procs = [(n, p) for n, p in self.procs if n not in names]
+        time.sleep(down_s)
+        for name in names:
+            self._start(name, self.args[name])
+        self.wait_ready()
 
     # ---------------------------------------------------------------- API
     def version(self) -> dict:
