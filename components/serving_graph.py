@@ -9,8 +9,8 @@ import pulumi
 from components.kubernetes import register
 from kimi_k3.config.serving import BenchmarkConfig, PreflightConfig
 from kimi_k3.graph.model import ServingGraph as Graph
+from kimi_k3.k8s import benchmark_job, graph_ready, node_local, preflight_job, smoke_job
 from kimi_k3.k8s import deployment as manifests
-from kimi_k3.k8s import jobs, node_local
 from kimi_k3.k8s import planner as k8s_planner
 
 
@@ -108,13 +108,13 @@ class ServingGraph(pulumi.ComponentResource):
         if pf is not None and pf.enabled and multinode:
             script = register(
                 f"{name}-preflight-script",
-                jobs.preflight_script_config_map(g),
+                preflight_job.preflight_script_config_map(g),
                 pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
             )
             for role, domain in multinode:
                 svc = register(
                     f"{name}-{role.key}-preflight-service",
-                    jobs.preflight_service(g, role),
+                    preflight_job.preflight_service(g, role),
                     pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
                 )
                 # A first-deploy gate: later changes must not re-run it (its pods would wait for GPUs the
@@ -122,7 +122,7 @@ class ServingGraph(pulumi.ComponentResource):
                 checks.append(
                     register(
                         f"{name}-{role.key}-preflight",
-                        jobs.preflight_job(g, role, pf.min_bus_bandwidth_gbps, pf.timeout_seconds),
+                        preflight_job.preflight_job(g, role, pf.min_bus_bandwidth_gbps, pf.timeout_seconds),
                         pulumi.ResourceOptions(
                             parent=self,
                             ignore_changes=["spec"],
@@ -185,7 +185,7 @@ class ServingGraph(pulumi.ComponentResource):
                 + local,
             ),
         )
-        *access, job = jobs.graph_watch_objects(g, args.watch_image, args.node_selector)
+        *access, job = graph_ready.graph_watch_objects(g, args.watch_image, args.node_selector)
         watch = [
             register(
                 f"{name}-watch-{o['kind'].lower()}",
@@ -201,26 +201,26 @@ class ServingGraph(pulumi.ComponentResource):
         if args.smoke_test is not None:
             smoke_script = register(
                 f"{name}-smoke-script",
-                jobs.smoke_script_config_map(g),
+                smoke_job.smoke_script_config_map(g),
                 pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
             )
             # Created only once the graph is Ready (the graph-ready Job), awaited until Complete or Failed.
             self.smoke = register(
                 f"{name}-smoke-test",
-                jobs.smoke_job(g, args.smoke_test.image, args.smoke_test.node_selector),
+                smoke_job.smoke_job(g, args.smoke_test.image, args.smoke_test.node_selector),
                 pulumi.ResourceOptions(parent=self, depends_on=[self.ready, smoke_script]),
             )
         if args.benchmark is not None:
             w = args.benchmark.config.to_workload()
             bench_files = register(
                 f"{name}-benchmark-plan",
-                jobs.benchmark_config_map(g, w, args.benchmark.config.trace),
+                benchmark_job.benchmark_config_map(g, w, args.benchmark.config.trace),
                 pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
             )
             # After the smoke test (or, without it, the graph-ready Job): load only a graph that serves.
             self.benchmark = register(
                 f"{name}-benchmark",
-                jobs.benchmark_job(
+                benchmark_job.benchmark_job(
                     g, w, args.benchmark.config.image, args.benchmark.node_selector, args.benchmark.config.trace
                 ),
                 pulumi.ResourceOptions(parent=self, depends_on=[self.smoke or self.ready, bench_files]),

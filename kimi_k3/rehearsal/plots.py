@@ -85,6 +85,6 @@ def draw(report: dict[str, Any], out: Path) -> list[str]:
         write_with(out / name, lambda tmp: fig.savefig(tmp, dpi=110, format="png", metadata=meta))
         plt.close(fig)
 
-    from kimi_k3.rehearsal import trace_report
+    from kimi_k3.rehearsal import trace_sections
 
-    return files + trace_report.draw(report, out, plt, save)
+    return files + trace_sections.draw(report, out, plt, save)

@@ -145,9 +145,9 @@ def render_markdown(report: Mapping[str, Any], plots: Iterable[str] = ()) -> str
         pd = report["prefill_decode_requests"]
         lines += ["", f"Prefill/decode balance: {pd['prefill']} prefill requests, {pd['decode']} decode requests."]
     if t:
-        from kimi_k3.rehearsal import trace_report
+        from kimi_k3.rehearsal import trace_sections
 
-        lines += trace_report.markdown(t)
+        lines += trace_sections.markdown(t)
     for p in plots:
         lines += ["", f"![{p}]({p})"]
     return "\n".join(lines) + "\n"

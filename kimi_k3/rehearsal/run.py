@@ -47,6 +47,8 @@ from kimi_k3.rehearsal.processes import (
     rehearse_python,
 )
 from kimi_k3.rehearsal.ready import FIXTURE_SECONDS, Readiness, wait_ready
+from kimi_k3.rehearsal.reexec import command_line
+from kimi_k3.rehearsal.run_dir import LOCK_FD_ENV, TRACE_COPY, clear_previous, lock_out
 from kimi_k3.sizing import trace_cache
 
 
@@ -337,29 +339,6 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
 HIT_METRICS = ("dynamo_frontend_input_sequence_tokens_sum", "dynamo_frontend_cached_tokens_sum")
 
 
-LOCK_FD_ENV = "KIMI_K3_REHEARSE_LOCK_FD"  # the run's lock, held across the exec into the network namespace
-
-
-PLOTS = (
-    "latency.png",
-    "workers.png",
-    "agentic_ttft.png",
-    "trace_hit_rate.png",
-    "trace_role_load.png",
-    "trace_ratio.png",
-)
-
-
-# A previous run's results: removed before this run starts, so a failed or interrupted run never shows them.
-TRACE_COPY = "trace.jsonl"  # the replayed selection of --trace, in the run directory
-
-
-PREVIOUS = ("report.json", "report.md", "processes.json", "perf_profile.npz", TRACE_COPY, *PLOTS)
-
-
-PREVIOUS_DIRS = ("aiperf", "logs", "discovery")
-
-
 def _trace_measured(plan, graph, trace, sampler, kv_hit, say) -> dict[str, Any]:
     """The replay's measured sections; a failure here is named in the report, never hides the rest."""
     try:
@@ -367,40 +346,6 @@ def _trace_measured(plan, graph, trace, sampler, kv_hit, say) -> dict[str, Any]:
     except Exception as err:  # noqa: BLE001 (the report is written whatever happens)
         say(f"trace report incomplete: {type(err).__name__}: {err}")
         return {"measured_error": f"{type(err).__name__}: {err}"}
-
-
-def lock_out(out: Path) -> int:
-    """An exclusive lock on OUT/.lock for this run (released when the process ends, however it ends); a second
-    rehearsal into the same directory is refused, naming the holder."""
-    import fcntl
-
-    inherited = os.environ.get(LOCK_FD_ENV)
-    if inherited:  # taken by this same process before it entered the network namespace
-        return int(inherited)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:  # what os.access cannot tell (root on /proc, a read-only mount)
-        raise UserError(f"--out {out}: cannot be written ({exc.strerror or exc})") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 500).decode(errors="replace").strip() or "pid unknown"
-        os.close(fd)
-        raise UserError(
-            f"--out {out}: another rehearsal is running there ({holder}); wait for it to end, stop it, "
-            "or give another --out"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
-    return fd
-
-
-def clear_previous(out: Path) -> None:
-    for name in PREVIOUS:
-        (out / name).unlink(missing_ok=True)
-    for name in PREVIOUS_DIRS:
-        shutil.rmtree(out / name, ignore_errors=True)
 
 
 def _delta(before, after, names) -> list[tuple[str, dict[str, str], float]]:
@@ -423,44 +368,4 @@ def _summary(report: dict[str, Any], out: Path, say: Callable[[str], None]) -> N
         )
         + (f", FAILED: {report['failure']}" if report["failure"] else "")
         + f" -> {out}/report.md"
-    )
-
-
-def command_line(args: argparse.Namespace) -> list[str]:
-    """The same command's arguments again (to re-run it inside the network namespace)."""
-    out = [args.stack]
-    for name in (
-        "out",
-        "ready_timeout",
-        "requests",
-        "duration",
-        "concurrency",
-        "system_prompt_tokens",
-        "turns",
-        "speedup_ratio",
-        "perf_profile",
-        "runs",
-        "trace",
-        "trace_first",
-        "trace_window",
-        "trace_speedup",
-        "kv_budget_gib",
-    ):
-        value = getattr(args, name, None)
-        if value is not None:
-            text = (
-                ",".join(value)
-                if name == "runs"
-                else f"{value[0]!r}:{value[1]!r}"
-                if name == "trace_window"
-                else repr(value)
-                if isinstance(value, float)
-                else str(value)
-            )
-            out += ["--" + name.replace("_", "-"), text]
-    return (
-        out
-        + ([] if args.load else ["--no-load"])
-        + (["--host-network"] if args.host_network else [])
-        + ([] if args.perf_model else ["--mocker-timing"])
     )

@@ -8,18 +8,17 @@ kimi_k3/sizing/trace_plan.py (what `kimi-k3 plan STACK --trace` prints); prices 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Callable, Optional, Sequence
 
 from kimi_k3.rehearsal import metrics
 from kimi_k3.rehearsal.plan import Rehearsal
-from kimi_k3.sizing import perf, trace_plan
-from kimi_k3.sizing.trace_cache import Request, cacheable_tokens
+from kimi_k3.rehearsal.trace_sizing import capacity_rps, cost, layout, ratio
+from kimi_k3.sizing import perf
+from kimi_k3.sizing.trace_cache import Request
 
 SAMPLE_SECONDS = 2.0
 WINDOWS = 12  # hit rate over time: at most this many windows of the replay
-SENSITIVITY = 0.25  # the ratio at ISL and OSL x (1 -/+ this)
 
 FRONTEND = {
     "input": "dynamo_frontend_input_sequence_tokens_sum",
@@ -128,105 +127,6 @@ def role_load(plan: Rehearsal, samples: Sequence[dict[str, Any]]) -> dict[str, A
     }
 
 
-def _scaled(requests: Sequence[Request], isl: float = 1.0, osl: float = 1.0) -> list[Request]:
-    """The same arrivals and prefix hashes with input and output lengths scaled (a longer input's extra tokens are
-    past its hashes: uncached)."""
-    return [
-        dataclasses.replace(
-            r, input_length=max(1, round(r.input_length * isl)), output_length=max(1, round(r.output_length * osl))
-        )
-        for r in requests
-    ]
-
-
-def layout(plan_roles: Sequence[Any]) -> tuple[int, int]:
-    """(prefill TP, decode TP) of a graph's roles: an aggregated stack's one TP for both."""
-    tps = {r.type: r.tp for r in plan_roles}
-    decode = tps.get("decode") or next(iter(tps.values()))
-    return tps.get("prefill", decode), decode
-
-
-def ratio(requests: Sequence[Request], gpu: str, prefill_tp: int, decode_tp: int, block_size: int) -> dict[str, Any]:
-    """trace_plan.pd_ratio (plan --trace) and its sensitivity to ISL and OSL x (1 -/+ SENSITIVITY)."""
-    kw = dict(gpu=gpu, prefill_tp=prefill_tp, decode_tp=decode_tp, block_size=block_size)
-    base = trace_plan.pd_ratio(requests, **kw)
-    sens = {}
-    for name, key in (("isl", "isl"), ("osl", "osl")):
-        for f in (1 - SENSITIVITY, 1 + SENSITIVITY):
-            r = trace_plan.pd_ratio(_scaled(requests, **{key: f}), **kw)
-            sens[f"{name} x{f:g}"] = {k: r[k] for k in ("decode_per_prefill", "prefill_gpu_share", "workers")}
-    keep = (
-        "prefill_workers_needed",
-        "decode_workers_needed",
-        "decode_per_prefill",
-        "prefill_gpu_share",
-        "workers",
-        "prefill_requests_per_second_per_worker",
-        "decode_requests_per_second_per_worker",
-        "source",
-    )
-    return {**{k: base[k] for k in keep}, "sensitivity": sens}
-
-
-def cost(
-    requests: Sequence[Request],
-    block_size: int,
-    used_cost_per_hour: Optional[float],
-    capacity_rps: Optional[float],
-    achieved_hit_rate: Optional[float],
-) -> dict[str, Any]:
-    """Cost per request of this traffic on the stack (its GPUs' hourly cost over the requests an hour brings, at
-    the trace's own rate and at the stack's capacity for this mix) vs the API's bill for the same requests (input,
-    cached input and output priced separately, perf.ApiPrice.per_request), with the cache the API could at best hit
-    (the trace's prefix hashes) and with the rehearsal's achieved hit rate."""
-    model, prices = perf.api_prices()
-    price = prices[model]
-    best = cacheable_tokens(requests, block_size)
-    n = len(requests)
-
-    def bill(hit_of) -> float:
-        return (
-            sum(
-                price.per_request(
-                    perf.Workload(isl=r.input_length, osl=r.output_length, cache_hit_rate=min(hit_of(r, c), 0.999999))
-                )
-                for r, c in zip(requests, best)
-            )
-            / n
-        )
-
-    load = trace_plan.trace_load(requests, block_size)
-    rate = load["arrival_rate_per_s"]
-    per = lambda rps: None if used_cost_per_hour is None or not rps else round(used_cost_per_hour / (rps * 3600), 6)  # noqa: E731
-    return {
-        "api_model": model,
-        "api_price_usd_per_mtok": {k: getattr(price, k) for k in perf.API_PRICE_KEYS},
-        "api_price_source": f"{price.source} (as of {price.as_of})",
-        "api_usd_per_request_best_cache": round(bill(lambda r, c: c / r.input_length), 6),
-        "api_usd_per_request_achieved_cache": None
-        if achieved_hit_rate is None
-        else round(bill(lambda r, c: achieved_hit_rate), 6),
-        "stack_usd_per_hour_gpus_used": None if used_cost_per_hour is None else round(used_cost_per_hour, 2),
-        "stack_usd_per_request_at_trace_rate": per(rate),
-        "stack_capacity_requests_per_s": None if capacity_rps is None else round(capacity_rps, 4),
-        "stack_usd_per_request_at_capacity": per(capacity_rps),
-        # below the trace's rate the deployed stack queues without bound: its per-request cost at that rate is moot
-        "stack_keeps_up": None if capacity_rps is None else capacity_rps >= rate,
-        "trace_rate_per_s": round(rate, 4),
-    }
-
-
-def capacity_rps(r: dict[str, Any], replicas: dict[str, int]) -> float:
-    """Requests/s the stack's deployed replicas serve for this mix (the slower role bounds it; perf model)."""
-    p = r["prefill_requests_per_second_per_worker"] * replicas.get("prefill", 0)
-    d = r["decode_requests_per_second_per_worker"] * replicas.get("decode", 0)
-    if not replicas.get("prefill"):  # aggregated: each worker prefills and decodes; its time splits between them
-        return replicas.get("decode", 0) / (
-            1 / r["prefill_requests_per_second_per_worker"] + 1 / r["decode_requests_per_second_per_worker"]
-        )
-    return min(p, d)
-
-
 def active(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The samples of the replay itself: from the last one before the frontend's counters first move to the first
     one after they last move (AIPerf spends its first seconds, a minute on 2 busy cores, synthesizing prompts)."""
@@ -262,140 +162,3 @@ def measured(
         used, out["cost_note"] = None, f"no stack cost: {type(err).__name__}: {err}"
     out["cost"] = cost(requests, graph.block_size, used, capacity_rps(out["ratio"], replicas), achieved_hit_rate)
     return out
-
-
-def _pct(v: Optional[float]) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
-
-
-def _usd(v: Optional[float]) -> str:
-    return "-" if v is None else f"${v:,.4f}"
-
-
-def markdown(t: dict[str, Any]) -> list[str]:
-    """report.md's trace sections (after the load table)."""
-    lines: list[str] = []
-    load = t.get("load_by_role") or {}
-    if load:
-        lines += [
-            "",
-            "## Trace: load per role",
-            "",
-            f"Over the replay's {load['replay_wall_s']:,.1f} s; frontend queue mean "
-            f"{load['frontend_queued']['mean']:g}, max {load['frontend_queued']['max']:g} requests.",
-            "",
-            "| role | replicas | requests | prefill tok/s | decode tok/s | in flight per worker (mean) "
-            "| peak in flight | utilisation |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for key, r in load["roles"].items():
-            f = lambda v: "-" if v is None else f"{v:,.1f}"  # noqa: E731
-            lines.append(
-                f"| {key} ({r['mode']}) | {r['replicas']} | {r['requests']} | {f(r['prefill_tokens_per_s'])} "
-                f"| {f(r['decode_tokens_per_s'])} | {r['mean_in_flight_per_worker']:.2f} "
-                f"| {r['peak_in_flight']:g} | {_pct(r['utilisation'])} |"
-            )
-        lines += [""] + [f"- {k}: {v}" for k, v in load["sources"].items()]
-    windows = t.get("hit_rate_windows") or []
-    if windows:
-        lines += [
-            "",
-            "## Trace: KV hit rate over time",
-            "",
-            "| window (s) | prompt tokens | cached | hit rate |",
-            "|---|---|---|---|",
-        ]
-        lines += [
-            f"| {w['t0_s']:.0f}-{w['t1_s']:.0f} | {w['input_tokens']:,} | {w['cached_tokens']:,} "
-            f"| {_pct(w['hit_rate'])} |"
-            for w in windows
-        ]
-        lines += ["", f"Best any cache could reach on the whole selection: {_pct(t.get('best_hit_rate'))}."]
-    r = t.get("ratio") or {}
-    if "workers" in r:
-        lines += [
-            "",
-            "## Trace: prefill:decode ratio (`kimi-k3 plan STACK --trace`)",
-            "",
-            f"Needed at the trace's rate: {r['prefill_workers_needed']:.2f} prefill + "
-            f"{r['decode_workers_needed']:.2f} decode workers -> P:D 1:{r['decode_per_prefill']:.2f}, "
-            f"prefill {100 * r['prefill_gpu_share']:.0f}% of the GPUs; deploy {r['workers']['prefill']} "
-            f"prefill + {r['workers']['decode']} decode.",
-            "",
-            "| traffic | decode per prefill | prefill GPU share | workers P + D |",
-            "|---|---|---|---|",
-            f"| as recorded | {r['decode_per_prefill']:.2f} | {_pct(r['prefill_gpu_share'])} "
-            f"| {r['workers']['prefill']} + {r['workers']['decode']} |",
-        ]
-        for name, s in r["sensitivity"].items():
-            lines.append(
-                f"| {name.upper()} | {s['decode_per_prefill']:.2f} | {_pct(s['prefill_gpu_share'])} "
-                f"| {s['workers']['prefill']} + {s['workers']['decode']} |"
-            )
-    elif r:
-        lines += ["", f"P:D ratio: not computed ({r.get('error')})"]
-    c = t.get("cost")
-    if c:
-        lines += [
-            "",
-            "## Trace: cost per request, the stack vs the API",
-            "",
-            f"- on the stack ({_usd(c['stack_usd_per_hour_gpus_used'])}/h for the GPUs it uses): "
-            f"{_usd(c['stack_usd_per_request_at_trace_rate'])} a request at the trace's "
-            f"{c['trace_rate_per_s']:g} req/s, {_usd(c['stack_usd_per_request_at_capacity'])} at its capacity "
-            f"for this mix ({c['stack_capacity_requests_per_s'] or 0:g} req/s, performance model)"
-            + (
-                " - **the deployed stack cannot keep up with this rate** (see the ratio above)"
-                if c.get("stack_keeps_up") is False
-                else ""
-            ),
-            f"- the API ({c['api_model']}: input ${c['api_price_usd_per_mtok']['input_cache_miss']:g}, cached "
-            f"${c['api_price_usd_per_mtok']['input_cache_hit']:g}, output ${c['api_price_usd_per_mtok']['output']:g}"
-            f" per Mtok; {c['api_price_source']}): {_usd(c['api_usd_per_request_best_cache'])} a request with "
-            f"the best cache, {_usd(c['api_usd_per_request_achieved_cache'])} at the achieved hit rate",
-        ]
-    return lines
-
-
-def draw(report: dict[str, Any], out: Any, plt: Any, save: Callable[[Any, str, dict[str, Any]], None]) -> list[str]:
-    """PNG plots of the trace sections; each PNG carries the figures it shows as JSON in its Description text chunk
-    (read back by tests/unit/test_trace_report.py)."""
-    t = report.get("trace") or {}
-    files = []
-    windows = [w for w in t.get("hit_rate_windows") or [] if w["hit_rate"] is not None]
-    if windows:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        xs = [(w["t0_s"] + w["t1_s"]) / 2 for w in windows]
-        ys = [w["hit_rate"] for w in windows]
-        ax.plot(xs, ys, marker="o", label="achieved (frontend)")
-        ax.axhline(t["best_hit_rate"], color="gray", linestyle="--", label="best any cache (trace hashes)")
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("replay time (s)")
-        ax.set_ylabel("KV hit rate")
-        ax.legend(fontsize=8)
-        ax.set_title(f"{report['stack']}: KV hit rate over the replay")
-        save(fig, "trace_hit_rate.png", {"hit_rate": ys, "best_hit_rate": t["best_hit_rate"]})
-        files.append("trace_hit_rate.png")
-    load = (t.get("load_by_role") or {}).get("roles") or {}
-    if load:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        names = list(load)
-        vals = [(load[n]["prefill_tokens_per_s"] or 0) + (load[n]["decode_tokens_per_s"] or 0) for n in names]
-        bars = ax.bar(names, vals)
-        ax.bar_label(bars, fmt="%.0f", fontsize=8)
-        ax.set_ylabel("tokens/s processed")
-        ax.set_title(f"{report['stack']}: load per role (prefill: uncached input; decode: output)")
-        save(fig, "trace_role_load.png", {"tokens_per_s": dict(zip(names, vals))})
-        files.append("trace_role_load.png")
-    r = t.get("ratio") or {}
-    if "sensitivity" in r:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        names = ["as recorded", *r["sensitivity"]]
-        vals = [r["decode_per_prefill"], *(s["decode_per_prefill"] for s in r["sensitivity"].values())]
-        bars = ax.bar(names, vals)
-        ax.bar_label(bars, fmt="%.2f", fontsize=8)
-        ax.set_ylabel("decode workers per prefill worker")
-        ax.set_title(f"{report['stack']}: P:D ratio and its sensitivity (ISL, OSL -/+25%)")
-        save(fig, "trace_ratio.png", {"decode_per_prefill": dict(zip(names, vals))})
-        files.append("trace_ratio.png")
-    return files

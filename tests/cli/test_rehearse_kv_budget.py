@@ -12,7 +12,7 @@ from kimi_k3.blueprint import load_stack
 from kimi_k3.commands import rehearse as cmd
 from kimi_k3.commands.main import main
 from kimi_k3.graph.role_plans import role_kv_plans
-from kimi_k3.rehearsal import processes, run
+from kimi_k3.rehearsal import processes, reexec
 from kimi_k3.sizing.memory import plan_role
 
 
@@ -49,5 +49,5 @@ def test_budget_survives_the_reexec():
     parser = argparse.ArgumentParser()
     cmd.register(parser.add_subparsers())
     args = parser.parse_args(["rehearse", "gb300", "--kv-budget-gib", "0.5"])
-    again = parser.parse_args(["rehearse", *run.command_line(args)])
+    again = parser.parse_args(["rehearse", *reexec.command_line(args)])
     assert again.kv_budget_gib == 0.5

@@ -11,7 +11,7 @@ import pytest
 
 from kimi_k3.commands import rehearse as cmd
 from kimi_k3.commands.main import main
-from kimi_k3.rehearsal import load, processes, run
+from kimi_k3.rehearsal import load, processes, reexec
 
 
 def cli(argv, capsys) -> tuple[int, str]:
@@ -131,7 +131,7 @@ def parse(extra):
 
 def test_trace_flags_survive_the_reexec_into_the_network_namespace(tmp_path):
     args = parse(["--trace", "x.jsonl", "--trace-window", "0.5:90", "--trace-first", "7", "--trace-speedup", "2.5"])
-    again = parse(run.command_line(args)[1:])
+    again = parse(reexec.command_line(args)[1:])
     for name in ("trace", "trace_window", "trace_first", "trace_speedup"):
         assert getattr(again, name) == getattr(args, name), name
 

@@ -6,14 +6,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 400
-PARALLEL = "being split in a parallel branch"
 ALLOWED = {
     # Shipped whole into the weights-prefetch ConfigMap (kimi_k3/k8s/node_local.py PREFETCH_SCRIPT) and run there
     # as one stdlib script: its one reason to change is the peer-copy protocol (docs/aws.md "Node-local weights"),
     # whose manifest reading, tree layout, serving and fetching are correct only together.
     "kimi_k3/pods/weights_prefetch.py": "one program shipped as one file: the peer-copy protocol",
-    "kimi_k3/k8s/jobs.py": PARALLEL,
-    "kimi_k3/rehearsal/run.py": PARALLEL,
 }
 
 

@@ -72,7 +72,7 @@ def test_a_pod_program_importing_beyond_the_standard_library_breaks_the_contract
 
 # What the image a program runs in provides beside the standard library (the image is pinned in recipes/):
 PROVIDED = {
-    "fabric_preflight.py": {"torch"},  # runs in the serving runtime image (vLLM's torch), kimi_k3/k8s/jobs.py
+    "fabric_preflight.py": {"torch"},  # runs in the serving runtime image (vLLM's torch), kimi_k3/k8s/preflight_job.py
     "fetch_checkpoint.py": {"huggingface_hub"},  # the download image + pinned hubVersion (model.hubVersion)
     "verify_checkpoint.py": {"huggingface_hub"},
 }

@@ -19,7 +19,7 @@ from kimi_k3.config.serving import BENCHMARK_IMAGE
 from kimi_k3.config.stack import parse_stack_config
 from kimi_k3.graph.build import build_graph
 from kimi_k3.graph.role_plans import role_kv_plans
-from kimi_k3.k8s import jobs
+from kimi_k3.k8s import benchmark_job, smoke_job
 from kimi_k3.pods import workload
 from kimi_k3.rehearsal import load
 from kimi_k3.rehearsal.plan import plan_rehearsal
@@ -107,7 +107,7 @@ def test_job_runs_the_rehearsals_workload(stack, overrides):
     config, secrets = stack_config(stack, serving={"benchmark": {**ON, **overrides}})
     cfg = parse_stack_config(config, secrets)
     graph = build_graph(stack, cfg)
-    plan = jobs.benchmark_plan(graph, cfg.serving.benchmark.to_workload())
+    plan = benchmark_job.benchmark_plan(graph, cfg.serving.benchmark.to_workload())
     assert list(plan["runs"]) == overrides.get("runs", ["agentic", "synthetic"])
     for kind, job_args in plan["runs"].items():
         local = _local_argv(stack, cfg, graph, kind, [])
@@ -115,7 +115,7 @@ def test_job_runs_the_rehearsals_workload(stack, overrides):
         assert workload.without_place(job_args, ["--tokenizer-trust-remote-code"]) == workload.without_place(local[3:])
         assert flag(job_args, "--request-count") == str(overrides.get("requests", 32))
         # where it runs: the frontend Service, the model's own tokenizer from the cache, a results directory
-        assert flag(job_args, "--url") == jobs.frontend_url(graph)
+        assert flag(job_args, "--url") == smoke_job.frontend_url(graph)
         assert flag(job_args, "--model") == graph.served_model_name == flag(local, "--model")
         assert flag(job_args, "--tokenizer") == graph.model_path
         assert flag(job_args, "--artifact-dir") == f"/results/{kind}"
@@ -142,7 +142,7 @@ def test_bounded_secure_and_readable_afterwards(stack, enabled):
     w = workload.DEFAULT
     # bounded: each run by requests and duration; the Job by the runs' deadlines, before `pulumi up` stops waiting
     assert plan["run_deadline_seconds"] == w.duration_seconds + workload.RUN_GRACE_SECONDS
-    assert spec["activeDeadlineSeconds"] == jobs.BENCHMARK_START_SECONDS + 2 * plan["run_deadline_seconds"]
+    assert spec["activeDeadlineSeconds"] == benchmark_job.BENCHMARK_START_SECONDS + 2 * plan["run_deadline_seconds"]
     assert spec["activeDeadlineSeconds"] < int(ann["pulumi.com/timeoutSeconds"])
     assert spec["backoffLimit"] == 0 and pod["restartPolicy"] == "Never"
     assert job["type"] == "kubernetes:batch/v1:Job" and "pulumi.com/skipAwait" not in ann
@@ -178,7 +178,7 @@ def test_the_job_carries_the_workload_module_byte_for_byte(stack, enabled):
     # the plan the runner reads is the one the tests above compare with the rehearsal's argv
     config, secrets = stack_config(stack, serving={"benchmark": ON})
     graph = build_graph(stack, parse_stack_config(config, secrets))
-    assert _plan(enabled[stack]) == json.loads(json.dumps(jobs.benchmark_plan(graph, workload.DEFAULT)))
+    assert _plan(enabled[stack]) == json.loads(json.dumps(benchmark_job.benchmark_plan(graph, workload.DEFAULT)))
 
 
 def test_default_image_is_the_rehearsals_aiperf_version():
@@ -195,7 +195,7 @@ def test_job_reruns_when_the_graph_or_the_workload_changes():
         config, secrets = stack_config("gb300-disagg", serving={"benchmark": {**ON, **bench}})
         cfg = parse_stack_config(config, secrets)
         g = build_graph("gb300-disagg", cfg)
-        job = jobs.benchmark_job(g, cfg.serving.benchmark.to_workload(), BENCHMARK_IMAGE)
+        job = benchmark_job.benchmark_job(g, cfg.serving.benchmark.to_workload(), BENCHMARK_IMAGE)
         return job["spec"]["template"]["metadata"]["annotations"]
 
     assert template_annotations() == template_annotations()

@@ -23,7 +23,7 @@ from kimi_k3.config.stack import parse_stack_config
 from kimi_k3.config.trace import CONFIGMAP_MAX_BYTES
 from kimi_k3.graph.build import build_graph
 from kimi_k3.graph.role_plans import role_kv_plans
-from kimi_k3.k8s import benchmark_trace, jobs
+from kimi_k3.k8s import benchmark_job, benchmark_trace, smoke_job
 from kimi_k3.pods import workload
 from kimi_k3.rehearsal import load
 from kimi_k3.rehearsal.plan import plan_rehearsal
@@ -72,7 +72,7 @@ def test_job_replays_with_the_rehearsals_argv(with_trace):
     assert flag(job_args, "--synthesis-speedup-ratio") == "4"
     # it replays the selection the runner writes from the mounted ConfigMap, against the frontend Service
     assert flag(job_args, "--input-file") == benchmark_trace.SELECTED == plan["trace"]["selected"]
-    assert flag(job_args, "--url") == jobs.frontend_url(graph)
+    assert flag(job_args, "--url") == smoke_job.frontend_url(graph)
     assert plan["trace"]["first"] == 200 and plan["trace"]["window"] == [60.0, 600.0]
     assert plan["trace"]["source"] == "kimi-k3:serving.benchmark.trace: ConfigMap kimi-k3/team-trace key agent.jsonl"
 
@@ -102,7 +102,7 @@ def test_it_gates_up_as_the_benchmark_does(with_trace):
     plan = json.loads(plan_cm["inputs"]["data"]["plan.json"])
     # bounded by the trace's maxSeconds (default 1800) plus the run grace; `pulumi up` waits past it, then fails
     assert plan["run_deadline_seconds"] == 1800 + workload.RUN_GRACE_SECONDS
-    assert spec["activeDeadlineSeconds"] == jobs.BENCHMARK_START_SECONDS + plan["run_deadline_seconds"]
+    assert spec["activeDeadlineSeconds"] == benchmark_job.BENCHMARK_START_SECONDS + plan["run_deadline_seconds"]
     assert spec["activeDeadlineSeconds"] < int(ann["pulumi.com/timeoutSeconds"])
     assert job["type"] == "kubernetes:batch/v1:Job" and "pulumi.com/skipAwait" not in ann
     assert spec["backoffLimit"] == 0
@@ -111,7 +111,7 @@ def test_it_gates_up_as_the_benchmark_does(with_trace):
 def test_changed_trace_options_rerun_the_job():
     def annotations(**trace):
         cfg, g = _graph({**ON, "trace": {**TRACE, **trace}})
-        job = jobs.benchmark_job(
+        job = benchmark_job.benchmark_job(
             g, cfg.serving.benchmark.to_workload(), BENCHMARK_IMAGE, None, cfg.serving.benchmark.trace
         )
         return job["spec"]["template"]["metadata"]["annotations"]

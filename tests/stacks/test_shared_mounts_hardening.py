@@ -12,8 +12,7 @@ from conftest import STACKS, by_kind, render_with
 from kimi_k3.config.stack import parse_stack_config
 from kimi_k3.config.stack_files import read_stack_config
 from kimi_k3.graph.build import build_graph
-from kimi_k3.k8s import jobs as k8s_jobs
-from kimi_k3.k8s import model_cache, node_local
+from kimi_k3.k8s import graph_ready, model_cache, node_local, preflight_job, smoke_job
 from policies import rules
 from policies.rules import base
 from policies.rules.base import all_containers, pod_specs
@@ -103,9 +102,9 @@ def _graph(stack="gb300-disagg"):
     [
         (node_local, "PREFETCH_SCRIPT", lambda g: node_local.weights_prefetch_objects(g, "python:3.12-slim")[2]),
         (model_cache, "VERIFY_SCRIPT", lambda g: model_cache.download_job(g, "python:3.12-slim", "1.0.0")),
-        (k8s_jobs, "WATCH_SCRIPT", lambda g: k8s_jobs.graph_watch_objects(g, "python:3.12-slim")[-1]),
-        (k8s_jobs, "PREFLIGHT_SCRIPT", lambda g: k8s_jobs.preflight_job(g, g.roles[0], 300, 600)),
-        (k8s_jobs, "SMOKE_SCRIPT", lambda g: k8s_jobs.smoke_job(g, "python:3.12-slim")),
+        (graph_ready, "WATCH_SCRIPT", lambda g: graph_ready.graph_watch_objects(g, "python:3.12-slim")[-1]),
+        (preflight_job, "PREFLIGHT_SCRIPT", lambda g: preflight_job.preflight_job(g, g.roles[0], 300, 600)),
+        (smoke_job, "SMOKE_SCRIPT", lambda g: smoke_job.smoke_job(g, "python:3.12-slim")),
     ],
 )
 def test_changing_a_script_changes_the_pod_template(module, script_attr, build, monkeypatch, tmp_path):

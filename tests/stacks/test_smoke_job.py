@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import ROOT, STACKS, render_with
 
-from kimi_k3.k8s import jobs
+from kimi_k3.k8s.smoke_job import smoke_job
 from kimi_k3.pods import smoke
 
 
@@ -74,7 +74,7 @@ def test_smoke_job_reruns_when_the_graph_changes():
 
     def job_hash(**overrides):
         config, secrets = stack_config("gb300-disagg", **overrides)
-        job = jobs.smoke_job(build_graph("gb300-disagg", parse_stack_config(config, secrets)), "python:3")
+        job = smoke_job(build_graph("gb300-disagg", parse_stack_config(config, secrets)), "python:3")
         return job["spec"]["template"]["metadata"]["annotations"]["kimi-k3.io/graph-sha256"]
 
     assert job_hash() != job_hash(serving={"pdRatio": "1:3"})
@@ -112,7 +112,7 @@ def test_manifest_builder_and_script_agree_on_flags():
     from kimi_k3.blueprint import load_stack
 
     _, graph = load_stack("gb200", ROOT)
-    args = jobs.smoke_job(graph, "python:3.12.11-slim-bookworm")["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = smoke_job(graph, "python:3.12.11-slim-bookworm")["spec"]["template"]["spec"]["containers"][0]["args"]
     parsed = [a for a in args if a.startswith("--")]
     # every flag the Job passes is one smoke.main accepts (argparse would exit 2 in the pod otherwise)
     import contextlib

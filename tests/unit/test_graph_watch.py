@@ -9,7 +9,7 @@ import pytest
 from conftest import STACKS, by_kind
 
 from kimi_k3 import names
-from kimi_k3.k8s import jobs
+from kimi_k3.k8s import graph_ready
 from kimi_k3.offline import pulumi_await as aw
 from kimi_k3.pods import graph_watch as gw
 from policies import rules
@@ -178,7 +178,7 @@ def test_up_waits_on_the_graph_ready_job_which_reports_failure(stack, rendered):
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     ]
     (cm,) = [c for c in by_kind(objects, "ConfigMap") if c["metadata"]["name"] == names.NAMES["watch"]]
-    assert cm["data"]["graph_watch.py"] == jobs.WATCH_SCRIPT.read_text()
+    assert cm["data"]["graph_watch.py"] == graph_ready.WATCH_SCRIPT.read_text()
     assert pod["serviceAccountName"] == names.NAMES["watch"]
     assert {r["type"] for r in rendered[stack].resources if r["name"] == "kimi-k3-serving-ready"} == {
         "kubernetes:batch/v1:Job"

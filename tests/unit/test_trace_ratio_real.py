@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kimi_k3.rehearsal import trace_report
+from kimi_k3.rehearsal import trace_sizing
 from kimi_k3.sizing import trace_cache, trace_plan
 
 LAYOUTS = {"gb300 TP8": ("gb300", 8, 8, 1536), "gb200 TP16": ("gb200", 16, 16, 768)}
@@ -25,7 +25,7 @@ def _ratio(requests, layout):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_longer_outputs_more_decode_per_prefill(conversation, layout):
-    ratios = [_ratio(trace_report._scaled(conversation, osl=f), layout) for f in (0.5, 1, 2)]
+    ratios = [_ratio(trace_sizing._scaled(conversation, osl=f), layout) for f in (0.5, 1, 2)]
     per = [r["decode_per_prefill"] for r in ratios]
     assert per[0] < per[1] < per[2], per
     assert ratios[0]["prefill_workers_needed"] == ratios[2]["prefill_workers_needed"]  # prefill does not see outputs
@@ -33,7 +33,7 @@ def test_longer_outputs_more_decode_per_prefill(conversation, layout):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_longer_inputs_larger_prefill_share(conversation, layout):
-    ratios = [_ratio(trace_report._scaled(conversation, isl=f), layout) for f in (0.75, 1, 1.5)]
+    ratios = [_ratio(trace_sizing._scaled(conversation, isl=f), layout) for f in (0.75, 1, 1.5)]
     share = [r["prefill_gpu_share"] for r in ratios]
     assert share[0] < share[1] < share[2], share
     assert [r["mean_uncached_input"] for r in ratios] == sorted(r["mean_uncached_input"] for r in ratios)

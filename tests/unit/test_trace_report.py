@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kimi_k3.rehearsal import plots, trace_report
+from kimi_k3.rehearsal import plots, trace_report, trace_sections, trace_sizing
 from kimi_k3.rehearsal.report import render_markdown
 from kimi_k3.sizing import perf
 from kimi_k3.sizing.trace_cache import Request
@@ -76,7 +76,7 @@ def _trace(n=30, own=16, osl=300):
 
 
 def test_ratio_sensitivity_moves_the_expected_way():
-    r = trace_report.ratio(_trace(), "gb300", 8, 8, 1536)
+    r = trace_sizing.ratio(_trace(), "gb300", 8, 8, 1536)
     s = r["sensitivity"]
     assert s["osl x0.75"]["decode_per_prefill"] < r["decode_per_prefill"] < s["osl x1.25"]["decode_per_prefill"]
     assert s["isl x0.75"]["prefill_gpu_share"] < r["prefill_gpu_share"] < s["isl x1.25"]["prefill_gpu_share"]
@@ -85,7 +85,7 @@ def test_ratio_sensitivity_moves_the_expected_way():
 def test_api_bill_prices_input_cached_and_output_separately():
     """Two requests: the second repeats the first's 3-block (1536 tokens at block 512... here 1536) prefix."""
     reqs = [Request(0, 2048, 100, (1, 2, 3, 4)), Request(1000, 2048, 100, (1, 2, 3, 9))]
-    c = trace_report.cost(reqs, 1536, used_cost_per_hour=36.0, capacity_rps=2.0, achieved_hit_rate=0.25)
+    c = trace_sizing.cost(reqs, 1536, used_cost_per_hour=36.0, capacity_rps=2.0, achieved_hit_rate=0.25)
     m, hit, out = (c["api_price_usd_per_mtok"][k] for k in ("input_cache_miss", "input_cache_hit", "output"))
     # by hand: request 1 nothing cached; request 2 its first 1536-token block cached
     first = (2048 * m + 100 * out) / 1e6
@@ -96,7 +96,7 @@ def test_api_bill_prices_input_cached_and_output_separately():
     assert c["stack_usd_per_request_at_trace_rate"] == pytest.approx(36.0 / 3600, abs=1e-6)  # 1 req/s
     assert c["stack_usd_per_request_at_capacity"] == pytest.approx(36.0 / 7200, abs=1e-6)
     assert c["stack_keeps_up"] is True
-    assert trace_report.cost(reqs, 1536, 36.0, 0.5, None)["stack_keeps_up"] is False  # 0.5 req/s < 1 req/s
+    assert trace_sizing.cost(reqs, 1536, 36.0, 0.5, None)["stack_keeps_up"] is False  # 0.5 req/s < 1 req/s
 
 
 def _png_description(path) -> dict:
@@ -128,8 +128,8 @@ def test_plots_and_markdown_carry_the_reports_figures(tmp_path):
         "achieved_hit_rate": 0.15,
         "hit_rate_windows": trace_report.hit_windows(SAMPLES, 3),
         "load_by_role": trace_report.role_load(PLAN, SAMPLES),
-        "ratio": trace_report.ratio(_trace(), "gb300", 8, 8, 1536),
-        "cost": trace_report.cost(_trace(), 1536, 36.0, 2.0, 0.15),
+        "ratio": trace_sizing.ratio(_trace(), "gb300", 8, 8, 1536),
+        "cost": trace_sizing.cost(_trace(), 1536, 36.0, 2.0, 0.15),
     }
     report = {"stack": "gb300-disagg", "runs": {}, "worker_requests": {}, "roles": {}, "trace": t}
     files = plots.draw(report, tmp_path)
@@ -150,7 +150,7 @@ def test_plots_and_markdown_carry_the_reports_figures(tmp_path):
         "osl x0.75",
         "osl x1.25",
     }
-    md = "\n".join(trace_report.markdown(t))
+    md = "\n".join(trace_sections.markdown(t))
     for part in (
         "## Trace: load per role",
         "| prefill (prefill) | 1 | 12 |",

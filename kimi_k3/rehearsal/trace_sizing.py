@@ -1,0 +1,110 @@
+"""What a trace's traffic needs and costs: the P:D ratio (and its sensitivity), the cost per request vs the API."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence
+
+from kimi_k3.sizing import perf, trace_plan
+from kimi_k3.sizing.trace_cache import Request, cacheable_tokens
+
+SENSITIVITY = 0.25  # the ratio at ISL and OSL x (1 -/+ this)
+
+
+def _scaled(requests: Sequence[Request], isl: float = 1.0, osl: float = 1.0) -> list[Request]:
+    """The same arrivals and prefix hashes with input and output lengths scaled (a longer input's extra tokens are
+    past its hashes: uncached)."""
+    return [
+        dataclasses.replace(
+            r, input_length=max(1, round(r.input_length * isl)), output_length=max(1, round(r.output_length * osl))
+        )
+        for r in requests
+    ]
+
+
+def layout(plan_roles: Sequence[Any]) -> tuple[int, int]:
+    """(prefill TP, decode TP) of a graph's roles: an aggregated stack's one TP for both."""
+    tps = {r.type: r.tp for r in plan_roles}
+    decode = tps.get("decode") or next(iter(tps.values()))
+    return tps.get("prefill", decode), decode
+
+
+def ratio(requests: Sequence[Request], gpu: str, prefill_tp: int, decode_tp: int, block_size: int) -> dict[str, Any]:
+    """trace_plan.pd_ratio (plan --trace) and its sensitivity to ISL and OSL x (1 -/+ SENSITIVITY)."""
+    kw = dict(gpu=gpu, prefill_tp=prefill_tp, decode_tp=decode_tp, block_size=block_size)
+    base = trace_plan.pd_ratio(requests, **kw)
+    sens = {}
+    for name, key in (("isl", "isl"), ("osl", "osl")):
+        for f in (1 - SENSITIVITY, 1 + SENSITIVITY):
+            r = trace_plan.pd_ratio(_scaled(requests, **{key: f}), **kw)
+            sens[f"{name} x{f:g}"] = {k: r[k] for k in ("decode_per_prefill", "prefill_gpu_share", "workers")}
+    keep = (
+        "prefill_workers_needed",
+        "decode_workers_needed",
+        "decode_per_prefill",
+        "prefill_gpu_share",
+        "workers",
+        "prefill_requests_per_second_per_worker",
+        "decode_requests_per_second_per_worker",
+        "source",
+    )
+    return {**{k: base[k] for k in keep}, "sensitivity": sens}
+
+
+def cost(
+    requests: Sequence[Request],
+    block_size: int,
+    used_cost_per_hour: Optional[float],
+    capacity_rps: Optional[float],
+    achieved_hit_rate: Optional[float],
+) -> dict[str, Any]:
+    """Cost per request of this traffic on the stack (its GPUs' hourly cost over the requests an hour brings, at
+    the trace's own rate and at the stack's capacity for this mix) vs the API's bill for the same requests (input,
+    cached input and output priced separately, perf.ApiPrice.per_request), with the cache the API could at best hit
+    (the trace's prefix hashes) and with the rehearsal's achieved hit rate."""
+    model, prices = perf.api_prices()
+    price = prices[model]
+    best = cacheable_tokens(requests, block_size)
+    n = len(requests)
+
+    def bill(hit_of) -> float:
+        return (
+            sum(
+                price.per_request(
+                    perf.Workload(isl=r.input_length, osl=r.output_length, cache_hit_rate=min(hit_of(r, c), 0.999999))
+                )
+                for r, c in zip(requests, best)
+            )
+            / n
+        )
+
+    load = trace_plan.trace_load(requests, block_size)
+    rate = load["arrival_rate_per_s"]
+    per = lambda rps: None if used_cost_per_hour is None or not rps else round(used_cost_per_hour / (rps * 3600), 6)  # noqa: E731
+    return {
+        "api_model": model,
+        "api_price_usd_per_mtok": {k: getattr(price, k) for k in perf.API_PRICE_KEYS},
+        "api_price_source": f"{price.source} (as of {price.as_of})",
+        "api_usd_per_request_best_cache": round(bill(lambda r, c: c / r.input_length), 6),
+        "api_usd_per_request_achieved_cache": None
+        if achieved_hit_rate is None
+        else round(bill(lambda r, c: achieved_hit_rate), 6),
+        "stack_usd_per_hour_gpus_used": None if used_cost_per_hour is None else round(used_cost_per_hour, 2),
+        "stack_usd_per_request_at_trace_rate": per(rate),
+        "stack_capacity_requests_per_s": None if capacity_rps is None else round(capacity_rps, 4),
+        "stack_usd_per_request_at_capacity": per(capacity_rps),
+        # below the trace's rate the deployed stack queues without bound: its per-request cost at that rate is moot
+        "stack_keeps_up": None if capacity_rps is None else capacity_rps >= rate,
+        "trace_rate_per_s": round(rate, 4),
+    }
+
+
+def capacity_rps(r: dict[str, Any], replicas: dict[str, int]) -> float:
+    """Requests/s the stack's deployed replicas serve for this mix (the slower role bounds it; perf model)."""
+    p = r["prefill_requests_per_second_per_worker"] * replicas.get("prefill", 0)
+    d = r["decode_requests_per_second_per_worker"] * replicas.get("decode", 0)
+    if not replicas.get("prefill"):  # aggregated: each worker prefills and decodes; its time splits between them
+        return replicas.get("decode", 0) / (
+            1 / r["prefill_requests_per_second_per_worker"] + 1 / r["decode_requests_per_second_per_worker"]
+        )
+    return min(p, d)
