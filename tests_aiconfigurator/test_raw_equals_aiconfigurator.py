@@ -9,7 +9,7 @@ import pytest
 from kimi_k3.blueprint import stack_plan
 from kimi_k3.commands.plan_perf import layout_of
 from kimi_k3.sizing import aiconfigurator as aic
-from kimi_k3.sizing import perf
+from kimi_k3.sizing import aic_table, calibration, perf
 
 available, why = aic.available()
 pytestmark = pytest.mark.skipif(not available, reason=f"aiconfigurator lane: {why}")
@@ -23,13 +23,13 @@ def _points() -> list[dict]:
     for name in STACKS:
         layout = layout_of(stack_plan(name))
         out.append(layout.point(perf.DEFAULT_ISL, perf.DEFAULT_OSL, perf.DEFAULT_CONCURRENCY_PER_DECODE_WORKER))
-    out += [m["config"] for m in perf.measurements()]
+    out += [m["config"] for m in calibration.measurements()]
     return out
 
 
 @pytest.mark.parametrize("point", _points(), ids=aic.point_key)
 def test_committed_table_equals_aiconfigurator(point):
-    committed = perf.raw_table()["points"][aic.point_key(point)]["estimate"]
+    committed = aic_table.raw_table()["points"][aic.point_key(point)]["estimate"]
     assert aic.estimate(point) == committed
 
 
@@ -44,4 +44,4 @@ def test_plan_raw_numbers_are_aiconfigurator_numbers(name):
 
 @pytest.mark.parametrize("system, tp", aic.AGG_LAYOUTS)
 def test_committed_memory_equals_aiconfigurator(system, tp):
-    assert aic.memory(system, tp) == perf.raw_table()["memory_gib_per_gpu"][f"{system} tp{tp}"]
+    assert aic.memory(system, tp) == aic_table.raw_table()["memory_gib_per_gpu"][f"{system} tp{tp}"]
