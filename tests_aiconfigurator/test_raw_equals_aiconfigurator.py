@@ -8,8 +8,8 @@ import pytest
 
 from kimi_k3.blueprint import stack_plan
 from kimi_k3.commands.plan_perf import layout_of
-from kimi_k3.sizing import aiconfigurator as aic
 from kimi_k3.sizing import aic_table, calibration, perf
+from kimi_k3.sizing import aiconfigurator as aic
 
 available, why = aic.available()
 pytestmark = pytest.mark.skipif(not available, reason=f"aiconfigurator lane: {why}")
