@@ -72,6 +72,9 @@ class Running:
         lane.log(f"$ {' '.join(self.cmd)} & (pid {self.proc.pid})")
 
     def signal(self, sig: int) -> None:
+        if sig == signal.SIGKILL:  # the plugins too: they run in process groups of their own
+            lane.kill_tree(self.proc.pid)
+            return
         try:
             os.killpg(self.proc.pid, sig)
         except ProcessLookupError:

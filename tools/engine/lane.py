@@ -76,6 +76,77 @@ def tool_env(bin_dir: Path, home: Path, passphrase: str) -> dict[str, str]:
     return env
 
 
+def _ppids() -> dict[int, int]:
+    """pid -> parent pid of every process this user can see (from /proc/<pid>/stat)."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            out[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])  # comm may hold spaces
+    return out
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and every descendant, whatever process group each is in: the Pulumi CLI starts its plugins in their own
+    groups, so a signal to the CLI's group misses them and they outlive it."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _ppids().items():
+        children.setdefault(parent, []).append(child)
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo.extend(children.get(tree[-1], []))
+    return tree
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL to pid's process group and to each of its descendants (collected before anything dies, since an
+    orphan is reparented away from the tree)."""
+    tree = process_tree(pid)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for each in tree:
+        try:
+            os.kill(each, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def left_behind(home: Path) -> list[str]:
+    """Processes still running with this lane's PULUMI_HOME (CLIs, language hosts, providers, packs inherit it):
+    'pid exe' each. Empty when every command ended with everything it started."""
+    marker = f"PULUMI_HOME={home / 'pulumi-home'}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(f"{entry.name} {os.readlink(entry / 'exe')}")
+        except OSError:
+            continue
+    return found
+
+
+def sweep(home: Path, grace_s: float = 10.0) -> list[str]:
+    """What `left_behind` finds once `grace_s` has passed (a CLI that just exited may still be stopping its
+    plugins), killed, so one leak does not spill into the next test; returns what it killed."""
+    deadline = time.monotonic() + grace_s
+    while (found := left_behind(home)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for line in found:
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return found
+
+
 class Cluster:
     """etcd + kube-apiserver + kube-controller-manager on loopback; `stop()` ends every process it started."""
 

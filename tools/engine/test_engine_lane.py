@@ -116,6 +116,14 @@ def world():
         shutil.rmtree(work, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def nothing_left_running(world):
+    """After each test: no process of its pulumi commands (CLI, language host, provider, pack) still runs."""
+    yield
+    left = lane.sweep(world["work"])
+    assert not left, f"processes of this test's pulumi commands outlived them: {left}"
+
+
 def rendered_kinds(work: Path) -> dict[tuple[str, str], bool]:
     """(apiVersion, kind) -> namespaced, of every object `kimi-k3 render` makes for the four stacks in lane mode."""
     project = work / "kinds-project"
@@ -191,16 +199,16 @@ def pulumi(
     try:
         out, err = child.communicate(timeout=COMMAND_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
+        lane.kill_tree(child.pid)
         out, err = child.communicate()
         raise AssertionError(
             f"{' '.join(cmd)} did not finish within {COMMAND_TIMEOUT_S}s\n{out[-4000:]}\n{err[-2000:]}"
         )
-    except BaseException:  # Ctrl-C, or the SIGTERM of a timeout: the CLI's process group ends with the lane
-        os.killpg(child.pid, signal.SIGKILL)
+    except BaseException:  # Ctrl-C, or the SIGTERM of a timeout: the CLI and its plugins end with the lane
+        lane.kill_tree(child.pid)
         child.wait()
         raise
-    try:  # anything the CLI left running (a plugin that outlived it) ends here too
+    try:  # anything left in the CLI's process group ends here too
         os.killpg(child.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass

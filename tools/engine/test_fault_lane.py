@@ -90,6 +90,8 @@ def world():
         yield {"cluster": cluster, "env": env, "project": project, "work": work}
     finally:
         lost = data_lost(cluster)
+        left = lane.sweep(work, grace_s=0)
+        REPORT.setdefault("left_running", []).extend(left)
         cluster.stop()
         tried, survived = len(RESULTS), sum(r["survived"] for r in RESULTS.values())
         REPORT.update(
@@ -103,9 +105,20 @@ def world():
         shutil.rmtree(work, ignore_errors=True)
         print(
             f"\nfault lane: {tried} faults tried, {survived} survived, data lost: {len(lost)} model caches "
-            f"({', '.join(lost) or 'none'}); {REPORT['seconds']:.0f}s",
+            f"({', '.join(lost) or 'none'}), processes left running: {len(REPORT['left_running'])}; "
+            f"{REPORT['seconds']:.0f}s",
             flush=True,
         )
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running(world):
+    """After each fault: no process of the lane's Pulumi commands (CLI, language host, provider, pack) is still
+    running, whatever the fault did to them; what is found is killed so it cannot skew the next fault."""
+    yield
+    left = lane.sweep(world["work"])
+    REPORT.setdefault("left_running", []).extend(left)
+    assert not left, f"processes of this fault's pulumi commands outlived them: {left}"
 
 
 def data_lost(cluster: lane.Cluster) -> list[str]:
