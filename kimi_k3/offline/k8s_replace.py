@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
+from kimi_k3.offline.state import SECRET
+
 AUTONAMED_ANNOTATION = "pulumi.com/autonamed"
 
 
@@ -265,5 +267,12 @@ def k8s_provider_replaces(old: Mapping[str, Any], new: Mapping[str, Any]) -> lis
         out.append("renderYamlToDirectory")
     # The provider replaces when the active cluster's settings differ; offline we compare the values as given
     # (a kubeconfig that changes only credentials is still reported as a replacement: conservative).
-    out += [k for k in ("kubeconfig", "context", "cluster") if o.get(k) != n.get(k)]
+    out += [k for k in ("kubeconfig", "context", "cluster") if o.get(k) != n.get(k) and not _unknowable(k, o, n)]
     return out
+
+
+def _unknowable(key: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """A secret kubeconfig on one side cannot be compared offline: the state holds its ciphertext, and a render
+    never reads the per-user secret (absent there, or a placeholder). DiffConfig compares the clusters it points at,
+    which offline is unknown, so it is no evidence of a replacement (property_paths treats secrets alike)."""
+    return key == "kubeconfig" and SECRET in (old.get(key), new.get(key))

@@ -519,24 +519,19 @@ def test_cache_kept_across_namespace_class_and_stack_name(world):
     (retainOnDelete). A renamed stack (`pulumi stack rename`) previews no change and keeps the same claim."""
     f = Fault(world, "cache-moves")
     f.up()
+    # The guard against the real state: an unchanged stack passes (else `make up` could never run twice).
+    code, said = guard_against_state(world, f.stack)
+    assert code == 0, f"the guard refused an unchanged stack against its own state:\n{said[-3000:]}"
     seen = {}
     for key, path, value, declared in (
         ("kimi-k3:serving", ["namespace"], "fault-cache-moves-2", "fault-cache-moves"),
         ("kimi-k3:storage", ["storageClass"], "lane-rwx-other", "lane-rwx"),
     ):
         engine.edit_config(world, f.stack, key, path, value)
-        exported = world["work"] / f"guard-{f.stack}.json"
-        engine.pulumi(world, "stack", "export", "--file", str(exported), stack=f.stack)
-        guard = subprocess.run(
-            [sys.executable, "-m", "kimi_k3", "check", f.stack, "--against", str(exported)],
-            cwd=engine.shared_view(world, f.stack),
-            env=world["env"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        said = guard.stdout + guard.stderr
-        assert guard.returncode != 0 and "model-cache-kept" in said, f"guard let {key} change pass:\n{said[-3000:]}"
+        code, said = guard_against_state(world, f.stack)
+        assert code != 0 and "model-cache-kept" in said, f"guard let {key} change pass:\n{said[-3000:]}"
+        # The reason is the object's own change: this provider's cluster did not change.
+        assert "provider" not in said, f"guard blames the provider for a {key} change:\n{said[-3000:]}"
         # Past the guard: a bare `pulumi up` of the change (its objects get their statuses as usual).
         moved = engine.render(world, f.stack, world["work"] / "render" / f"{f.stack}-{path[-1]}")
         with faults.Held(f.cluster, moved):
@@ -559,6 +554,21 @@ def test_cache_kept_across_namespace_class_and_stack_name(world):
     assert proc.returncode == 0, f"a renamed stack previews changes:\n{proc.stdout[-3000:]}"
     f.cache_kept()
     f.survived(changes=seen, renamed_stack="no changes, same claim")
+
+
+def guard_against_state(world, stack: str) -> tuple[int, str]:
+    """`make up`'s guard: `kimi-k3 check STACK --against` the stack's exported state."""
+    exported = world["work"] / f"guard-{stack}.json"
+    engine.pulumi(world, "stack", "export", "--file", str(exported), stack=stack)
+    guard = subprocess.run(
+        [sys.executable, "-m", "kimi_k3", "check", stack, "--against", str(exported)],
+        cwd=engine.shared_view(world, stack),
+        env=world["env"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return guard.returncode, guard.stdout + guard.stderr
 
 
 # ------------------------------------------------------------------------------------------------- 7. bad state
