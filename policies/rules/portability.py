@@ -57,11 +57,11 @@ def check_no_dev_mode_server(obj: Mapping, ctx: Context) -> Iterator[Result]:
         for container in all_containers(spec):
             for entry in container.get("env") or []:
                 name = entry.get("name")
-                if name in switches and "value" in entry and str(entry["value"]) != switches[name]["off"]:
+                if name in switches and "value" in entry and str(entry["value"]) != switches[name]["disabled"]:
                     yield Finding(
                         target_of(obj),
                         f"{label} container {name_of(container)}: {name}={entry['value']} opens the server's "
-                        f"development endpoints; allowed: unset or {switches[name]['off']!r} ({FACTS})",
+                        f"development endpoints; allowed: unset or {switches[name]['disabled']!r} ({FACTS})",
                     )
 
 
