@@ -72,6 +72,7 @@ class Blueprint:
             addon_specs(cfg, gpu_nodes.instance.name if gpu_nodes else None, kv_over_efa=graph.kv_transport == "efa")
         )
         # Operator, Grove, KAI, DRA driver and CRD versions move together (recipes/platform/platform-set.yaml).
+        image_key = "kimi-k3:serving.image" if cfg.serving.image else f"recipes/profiles/{graph.recipe}.yaml image"
         platform_set.check(
             addons,
             cfg.cluster.kubernetes_version if gpu_nodes else None,
@@ -81,6 +82,8 @@ class Blueprint:
                     "ComputeDomain": manifests.compute_domain(graph, k)["apiVersion"] for k in graph.compute_domains[:1]
                 },
             },
+            {image_key: graph.image},  # it runs only on the operator lines `runtimeImages` lists
+            cfg.platform_set,
         )
         return cls(
             stack=stack,

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from kimi_k3.commands import diff_upgrade
 from kimi_k3.commands.diff_compare import ABSENT, diff_stack, load_render
 from kimi_k3.config.stack_files import project_root, stack_names
 from kimi_k3.offline.revisions import DiffError, default_base, render_commit, render_dirs, resolve, stacks_at
@@ -71,6 +72,10 @@ def run_diff(root: Path, base_ref: str, head_ref: Optional[str], stacks: Sequenc
             head = load_render(head_dirs[stack]) if stack in head_dirs else None
             reports.append(
                 diff_stack(stack, base, head, {"base": base_errors.get(stack), "head": head_errors.get(stack)})
+            )
+        for report in reports:  # the platform upgrade's steps, from the stack files (even if a side failed)
+            report["platform"] = diff_upgrade.platform_upgrades(root, base_sha, head_sha, [report["stack"]]).get(
+                report["stack"]
             )
     return {
         "base": {"ref": base_ref, "commit": base_sha},
@@ -140,7 +145,7 @@ def markdown(report: dict[str, Any]) -> str:
     for s in report["stacks"]:
         if s["status"] == "unchanged":
             continue
-        lines += ["", f"### {s['stack']}", ""]
+        lines += ["", f"### {s['stack']}", "", *diff_upgrade.markdown_lines(s.get("platform"))]
         pol = s["policy"]
         for title, items in (("New violations", pol["new"]), ("Resolved violations", pol["resolved"])):
             if items:

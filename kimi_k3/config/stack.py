@@ -182,6 +182,8 @@ class StackConfig(Strict):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     platform: PlatformConfig = Field(default_factory=PlatformConfig)
+    # A named set of add-on versions (recipes/platform/platform-set.yaml `sets`); None = `seed`, today's pins.
+    platform_set: Optional[str] = Field(None, alias="platformSet", pattern=allowed_as(r"^[\w.-]+$", "a set name"))
     estimates: EstimatesConfig = Field(default_factory=EstimatesConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     serving: ServingConfig = Field(default_factory=ServingConfig)

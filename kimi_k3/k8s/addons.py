@@ -9,6 +9,7 @@ from kimi_k3.config.base import ConfigError
 from kimi_k3.config.stack import StackConfig, addon_key
 from kimi_k3.data import recipe_file
 from kimi_k3.graph.recipe import merge
+from kimi_k3.k8s import platform_set
 from kimi_k3.names import NODE_ROLE_LABEL
 
 # Installation order of independent add-ons does not matter; these are the explicit dependencies between them.
@@ -187,9 +188,15 @@ def addon_specs(
     out = []
     defaults = _defaults()
     check_chart_references(defaults)
+    chosen = platform_set.set_versions(cfg.platform_set)  # `seed` (the default) = the versions below
     for field, over in cfg.platform:
         key = addon_key(field)
         d = defaults[key]
+        if cfg.platform_set and over.version and over.version != chosen.get(key, over.version):
+            raise ConfigError(
+                f"kimi-k3:platform.{key}.version = {over.version}: kimi-k3:platformSet = {cfg.platform_set} "
+                f"pins {key} at {chosen[key]}; allowed: {chosen[key]} or unset (or another set)"
+            )
         install = (
             over.install
             if over.install is not None
@@ -211,7 +218,7 @@ def addon_specs(
                 release=d["release"],
                 chart=d["chart"],
                 repo=d.get("repo"),
-                version=over.version or str(d["version"]),
+                version=over.version or chosen.get(key) or str(d["version"]),
                 namespace=d["namespace"],
                 values=values,
                 depends_on=DEPENDS_ON.get(key, ()),

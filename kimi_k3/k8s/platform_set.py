@@ -7,6 +7,7 @@ CRDs of the versions installed. Add-ons an existing cluster already has (install
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from kimi_k3.config.base import ConfigError
@@ -23,24 +24,53 @@ def _key(addon_key: str) -> str:
     return f"kimi-k3:platform.{addon_key}.version"
 
 
-def check(addons: Sequence[Any], kubernetes_version: str | None, api_versions: Mapping[str, str]) -> None:
+def runnable(key: str) -> list[str]:
+    """The versions of an add-on a stack may run: listed, with nothing `unsourced`."""
+    return [str(v) for v, e in (platform_set().get(key) or {}).items() if not (e or {}).get("unsourced")]
+
+
+def check(
+    addons: Sequence[Any],
+    kubernetes_version: str | None,
+    api_versions: Mapping[str, str],
+    images: Mapping[str, str] | None = None,
+    set_name: str | None = None,
+) -> None:
     """Raise ConfigError naming the key, the value and what is allowed.
 
-    addons: kimi_k3.k8s.addons.AddonSpec list; api_versions: kind -> apiVersion our manifests emit."""
+    addons: kimi_k3.k8s.addons.AddonSpec list; api_versions: kind -> apiVersion our manifests emit;
+    images: config key -> the Dynamo runtime image it runs (checked against `runtimeImages`)."""
     data = platform_set()
     installed = {a.key: str(a.version) for a in addons if a.install}
+    chosen = f"kimi-k3:platformSet = {set_name} ({{}})" if set_name else "{}"
     for key, version in installed.items():
         known = data.get(key) or {}
         if version not in known:
             raise ConfigError(
                 f"{_key(key)} = {version}: not in the tested platform set; allowed: "
-                f"{', '.join(known) or 'none'} ({SOURCE}: add the version with what it bundles and "
+                f"{', '.join(runnable(key)) or 'none'} ({SOURCE}: add the version with what it bundles and "
                 "needs, then upgrade in the order docs/operating.md gives)"
+            )
+        missing = (known[version] or {}).get("unsourced")
+        if missing:
+            raise ConfigError(
+                chosen.format(f"{_key(key)} = {version}") + f": what {key} {version} {', '.join(missing)} is not "
+                f"sourced yet ({SOURCE}: read its Chart.yaml at the release tag); allowed: {', '.join(runnable(key))}"
             )
     dynamo = installed.get("dynamoPlatform")
     if dynamo is None:
         return
     entry = data["dynamoPlatform"][dynamo]
+    for where, image in (images or {}).items():
+        allowed = image_platforms(image)
+        if allowed is not None and minor(dynamo) not in allowed:
+            raise ConfigError(
+                f"{where} = {image}: runs on dynamo-platform {' or '.join(f'{m}.x' for m in allowed) or 'none'} "
+                f"(runtimeImages in {SOURCE}), but the stack installs dynamo-platform {dynamo} "
+                + (f"(kimi-k3:platformSet = {set_name})" if set_name else f"({_key('dynamoPlatform')})")
+                + f"; allowed: an image that runs on {minor(dynamo)}.x, or a platform set with "
+                + " or ".join(f"dynamoPlatform {m}.x" for m in allowed)
+            )
     for dep, allowed in (entry.get("requires") or {}).items():
         have = installed.get(dep)
         if have is not None and have not in [str(a) for a in allowed]:
@@ -66,6 +96,84 @@ def check(addons: Sequence[Any], kubernetes_version: str | None, api_versions: M
 
 def _version(v: str) -> tuple[int, ...]:
     return tuple(int(p) for p in v.lstrip("v").split(".")[:2])
+
+
+DYNAMO_RUNTIME = re.compile(r"^nvcr\.io/nvidia/ai-dynamo/[\w-]+-runtime:(\d+)\.(\d+)\.\d+(-efa(-amd64)?|-cuda\d+)?$")
+
+
+def minor(version: str) -> str:
+    """1.5.0 -> "1.5" (a Dynamo line)."""
+    return ".".join(version.lstrip("v").split(".")[:2])
+
+
+def image_platforms(image: str) -> list[str] | None:
+    """The dynamoPlatform minors a Dynamo runtime image runs on; None for an image that is not a Dynamo runtime
+    (the operator does not care what a Job or a sidecar runs). An unknown tag of a Dynamo runtime runs on none."""
+    data = platform_set()
+    entry = (data.get("runtimeImages") or {}).get(image)
+    if entry is not None:
+        return [str(m) for m in entry["platforms"]]
+    if not re.match(r"^nvcr\.io/nvidia/ai-dynamo/[\w-]+-runtime:", image):
+        return None
+    release = DYNAMO_RUNTIME.match(image)  # a plain release tag (or its -efa / -cuda variant): its own line
+    return [f"{release[1]}.{release[2]}"] if release and data.get("releaseTagsRunOnTheirMinor") else []
+
+
+def set_versions(name: str | None) -> dict[str, str]:
+    """The add-on versions of a named platform set (`kimi-k3:platformSet`; None = `seed`), or ConfigError."""
+    sets = platform_set()["sets"]
+    if (name or "seed") not in sets:
+        raise ConfigError(f"kimi-k3:platformSet = {name}: no such platform set; allowed: {', '.join(sets)} ({SOURCE})")
+    return {k: str(v) for k, v in sets[name or "seed"].items()}
+
+
+def upgrade_steps(before: str, after: str) -> list[tuple[str, str]]:
+    """dynamo-platform before -> after as the steps Dynamo supports: within a minor, or to the adjacent minor
+    (docs.nvidia.com/dynamo/latest/reference/releases/v1-6-0, "Apply every intermediate minor release in
+    order"). A jump over a minor raises ConfigError naming the steps to take instead (pure)."""
+    if before == after:
+        return []
+    (bmaj, bmin), (amaj, amin) = (tuple(int(p) for p in minor(v).split(".")) for v in (before, after))
+    if (amaj, amin) < (bmaj, bmin):
+        raise ConfigError(f"dynamo-platform {before} -> {after}: a downgrade; allowed: {before} or later")
+    if amaj != bmaj or amin - bmin <= 1:
+        return [(before, after)]
+    listed = [str(v) for v in platform_set()["dynamoPlatform"]]
+    path, at = [], before
+    for m in range(bmin + 1, amin):
+        line = [v for v in listed if minor(v) == f"{bmaj}.{m}"]
+        step = max(line, key=_patch) if line else f"{bmaj}.{m}.x"
+        path.append((at, step))
+        at = step
+    path.append((at, after))
+    raise ConfigError(
+        f"dynamo-platform {before} -> {after}: crosses {amin - bmin} minor releases; Dynamo upgrades only within "
+        "a minor or to the adjacent one; allowed: " + ", then ".join(f"{a} -> {b}" for a, b in path)
+    )
+
+
+def _patch(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.lstrip("v").split("."))
+
+
+def step_changes(before: str, after: str) -> list[str]:
+    """What one dynamo-platform step replaces on the cluster, from the set's data (pure)."""
+    data = platform_set()["dynamoPlatform"]
+    old, new = data.get(before) or {}, data.get(after) or {}
+    out = [f"helm release dynamo-platform: chart {before} -> {after} (the operator Deployment's pods roll)"]
+    missing = sorted(set(old.get("unsourced") or []) | set(new.get("unsourced") or []))
+    if "bundles" in missing:
+        out.append(f"bundled Grove, KAI Scheduler, operator: not sourced for {before} -> {after} ({SOURCE})")
+    else:
+        for name, v in (new.get("bundles") or {}).items():
+            was = (old.get("bundles") or {}).get(name)
+            if was != v:
+                out.append(f"{name}: {was} -> {v} (its pods roll; its CRDs are re-applied)")
+    if "serves" not in missing and old.get("serves") != new.get("serves"):
+        out.append(f"CRDs served: {old.get('serves')} -> {new.get('serves')}")
+    if minor(before) != minor(after):
+        out.append(f"a minor step: read the {minor(after)}.0 release notes' breaking changes before it")
+    return out
 
 
 def upgrade_order() -> list[str]:

@@ -1,5 +1,6 @@
 """Deployment rules for Dynamo + vLLM graphs: pure functions over Kubernetes objects, one module per family
-(topology, model_path, kv_transport, safety, secrets, upgrades, autoscaling, storage, qos, observability, placement;
+(topology, model_path, kv_transport, safety, secrets, upgrades, autoscaling, storage, qos, observability, placement,
+access, portability;
 shared helpers in base). This module is the registry.
 
 One implementation, two front ends: the CrossGuard pack (`policies/__main__.py`) and the offline
@@ -61,6 +62,7 @@ from policies.rules.model_path import (
 )
 from policies.rules.observability import check_alerts_match_metric_units, check_smoke_probe_spans_kv_block
 from policies.rules.placement import check_frontend_in_workers_zone
+from policies.rules.portability import check_images_pullable, check_no_dev_mode_server, check_no_hard_coded_clique
 from policies.rules.qos import check_serving_containers_request_resources
 from policies.rules.safety import (
     check_graph_await_reports_failure,
@@ -252,6 +254,20 @@ RULES: tuple[Rule, ...] = (
         check_pods_run_on_image_arch,
     ),
     _rule("images-pinned", "Container images carry a tag other than latest, or a digest.", check_images_pinned),
+    _rule(
+        "images-pullable",
+        "Every image comes from a registry a user can pull from (recipes/facts/portability.yaml; no nvcr.io/nvstaging).",
+        check_images_pullable,
+        config_schema={
+            "allowed_registries": {"type": "array", "items": {"type": "string"}, "description": "extra prefixes"}
+        },
+    ),
+    _rule("no-dev-mode-server", "No server runs in development mode (VLLM_SERVER_DEV_MODE).", check_no_dev_mode_server),
+    _rule(
+        "no-hard-coded-clique",
+        "No nodeSelector/affinity pins a literal nvidia.com/gpu.clique id.",
+        check_no_hard_coded_clique,
+    ),
     _rule(
         "runtime-version-declared",
         "A non-semver Dynamo image tag comes with runtimeVersionOverride.",

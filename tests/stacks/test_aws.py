@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 
 import pytest
@@ -312,8 +313,9 @@ def test_chart_version_and_values_pinned_in_config(monkeypatch):
 
     with pytest.raises(RenderError, match="dynamoPlatform.version = 1.4.1: not in the tested platform set"):
         render_with("gb300", platform={"dynamoPlatform": {"version": "1.4.1"}})
-    tested = platform_set.platform_set()
+    tested = copy.deepcopy(platform_set.platform_set())
     tested["dynamoPlatform"]["1.4.1"] = {"requires": {"draDriver": ["0.4.1"]}}
+    tested["runtimeImages"]["nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0-kimi-k3-dev.1"]["platforms"] += ["1.4"]
     monkeypatch.setattr(platform_set, "platform_set", lambda: tested)
     r = render_with(
         "gb300", platform={"dynamoPlatform": {"version": "1.4.1"}, "draDriver": {"values": {"logVerbosity": "6"}}}
