@@ -330,7 +330,9 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                 if trace is None
                 else {
                     "trace": {
-                        **trace.report(kv_hit, _trace_measured(plan, graph, trace, sampler, kv_hit, say, out)),
+                        **trace.report(
+                            kv_hit, _trace_measured(plan, graph, trace, sampler, kv_hit, say, out, args.speedup_ratio)
+                        ),
                         **(
                             {}
                             if plan_cfg is None
@@ -357,12 +359,14 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
 HIT_METRICS = ("dynamo_frontend_input_sequence_tokens_sum", "dynamo_frontend_cached_tokens_sum")
 
 
-def _trace_measured(plan, graph, trace, sampler, kv_hit, say, out: Path) -> dict[str, Any]:
+def _trace_measured(plan, graph, trace, sampler, kv_hit, say, out: Path, mocker_speedup: float) -> dict[str, Any]:
     """The replay's measured sections; a failure here is named in the report, never hides the rest."""
     try:
         exported = out / "aiperf" / "trace" / workload.SERVER_METRICS_FILE  # AIPerf's scrape of the frontend
         server = json.loads(exported.read_text()) if exported.is_file() else None
-        return trace_report.measured(plan, graph, trace.requests, sampler.samples if sampler else [], kv_hit, server)
+        samples = sampler.samples if sampler else []
+        speeds = (trace.speedup, mocker_speedup)
+        return trace_report.measured(plan, graph, trace.requests, samples, kv_hit, server, speeds)
     except Exception as err:  # noqa: BLE001 (the report is written whatever happens)
         say(f"trace report incomplete: {type(err).__name__}: {err}")
         return {"measured_error": f"{type(err).__name__}: {err}"}

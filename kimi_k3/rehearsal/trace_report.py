@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 from kimi_k3.pods import workload
 from kimi_k3.rehearsal import metrics
 from kimi_k3.rehearsal.plan import Rehearsal
-from kimi_k3.rehearsal.trace_sizing import capacity_rps, cost, layout, ratio
+from kimi_k3.rehearsal.trace_sizing import capacity_rps, cost, layout, mocker_prefill_busy, ratio
 from kimi_k3.sizing import perf
 from kimi_k3.sizing.trace_cache import Request
 
@@ -167,6 +167,7 @@ def measured(
     samples: Sequence[dict[str, Any]],
     achieved_hit_rate: Optional[float],
     server_metrics: Optional[dict[str, Any]] = None,
+    speedups: tuple[float, float] = (1.0, 1.0),
 ) -> dict[str, Any]:
     """report.json's `trace` additions: hit rate over time and per role, per-role load, the ratio and the cost."""
     samples = active(samples)
@@ -181,6 +182,8 @@ def measured(
     except perf.PerfError as err:
         out["ratio"] = {"error": str(err)}
         return out
+    # What the rehearsal's prefill occupancy should read: the mockers' own timing (not the plan's; docs/traces.md)
+    out["ratio"]["prefill_workers_busy_by_mocker_timing"] = mocker_prefill_busy(requests, graph, *speedups)
     replicas = {"prefill" if r.type == "prefill" else "decode": r.replicas for r in graph.roles}
     try:
         from kimi_k3.blueprint import stack_plan

@@ -4,8 +4,9 @@ requests of the Mooncake FAST'25 conversation trace replayed through `kimi-k3 re
 timed by the performance model 20x faster so one prefill worker keeps up on 2 cores.
 
 What the rehearsal can measure honestly: the prefill workers' busy request-seconds per second (Little's law on the
-mocker's request_duration_seconds_sum), which at low load is the prefill workers the traffic occupies; the plan's
-prefill_workers_needed / 20 predicts it. Queueing (bursty arrivals) adds to it, hence the tolerance. Decode is not
+mocker's request_duration_seconds_sum), which at low load is the prefill workers the traffic occupies at the
+mockers' own timing (the report's ratio.prefill_workers_busy_by_mocker_timing predicts it); the plan's
+prefill_workers_needed / 20 is 1.36x that, its prefill rate being aiconfigurator's raw one, not the mockers' table. Queueing (bursty arrivals) adds to it, hence the tolerance. Decode is not
 compared as an equality: the plan sizes decode workers at a batch of 16, while this light replay runs them at a
 batch of 1-4, where a decode step is faster, so the measured decode occupancy is at most the plan's (asserted).
 Marked `rehearse`; bounded (200 requests, 72 s of arrivals, 900 s in all)."""
@@ -24,18 +25,18 @@ from test_trace_rehearse_live import ROUNDING
 
 pytestmark = pytest.mark.rehearse
 FIRST, MOCKER_SPEEDUP = 200, 20
-# Measured 2026-12-02 (2 shared cores): 0.187 prefill workers busy vs the plan's 4.914 / 20 = 0.246 (-24%); the
-# frontend held a queue meanwhile (mean 2.45, max 14 requests: tokenizing 14k-token prompts on 2 busy cores), which
-# delays work without occupying the prefill worker. Hence +-40%.
+# Measured 2026-12-02 (2 shared cores): 0.187 prefill workers busy; the mockers' own timing predicts 0.181 (+3%), the
+# plan's 4.914 / 20 = 0.246 (its prefill rate is not the mockers': tests/unit/test_trace_balance_model.py). The
+# frontend's queue (tokenizing 14k-token prompts on 2 busy cores) shifts arrivals at the worker. Hence +-40%.
 TOLERANCE = 0.4
 BUDGET_SECONDS = 600  # the whole run on the 2-core machine (bench/README.md)
 
 
 @pytest.mark.xfail(
     strict=False,
-    reason="not yet a stable agreement (issue 21 open): measured prefill occupancy 0.187 (2026-12-02 00:5x, loaded) "
-    "and 0.463 (01:4x, fresh-clone CI run) against the plan's 0.246; the mocker's speed on a shared 2-core machine "
-    "moves it more than the tolerance",
+    reason="not yet stable on CI (issue 21): measured 0.187 (2026-12-02 00:5x, loaded) agrees with the mockers' own "
+    "timing (0.181); a fresh-clone CI run measured 0.463, unexplained (a hypothesis: bursts the frontend releases "
+    "wait inside the prefill mocker, and Little's law counts waiting as busy)",
 )
 def test_plan_matches_the_measured_prefill_balance(tmp_path, shared_reference):
     trace = shared_reference / "traces" / "mooncake-fast25-conversation_trace.jsonl"
@@ -85,8 +86,10 @@ def test_plan_matches_the_measured_prefill_balance(tmp_path, shared_reference):
     assert t["achieved_hit_rate"] is not None and t["achieved_hit_rate"] <= t["best_hit_rate"] + ROUNDING
     roles, ratio = t["load_by_role"]["roles"], t["ratio"]
     measured_prefill = roles["prefill"]["mean_in_flight_per_worker"] * roles["prefill"]["replicas"]
-    planned_prefill = ratio["prefill_workers_needed"] / MOCKER_SPEEDUP
-    assert measured_prefill == pytest.approx(planned_prefill, rel=TOLERANCE), (measured_prefill, planned_prefill)
+    # The rehearsal measures the mockers' timing, which the plan's per-worker prefill rate does not share (1.36x
+    # slower in the plan: tests/unit/test_trace_balance_model.py); the comparison is with the mockers' own.
+    expected_prefill = ratio["prefill_workers_busy_by_mocker_timing"]
+    assert measured_prefill == pytest.approx(expected_prefill, rel=TOLERANCE), (measured_prefill, expected_prefill)
     measured_decode = roles["decode"]["utilisation"] * roles["decode"]["replicas"]
     assert measured_decode <= ratio["decode_workers_needed"] / MOCKER_SPEEDUP * (1 + TOLERANCE)
     for png in ("trace_hit_rate.png", "trace_role_load.png", "trace_ratio.png"):
