@@ -114,8 +114,9 @@ def mocker_prefill_busy(
     requests: Sequence[Request], graph: Any, trace_speedup: float = 1.0, mocker_speedup: float = 1.0
 ) -> Optional[float]:
     """Prefill workers the mockers' own timing keeps busy on this replay: each request's TTFT from the table the
-    rehearsal feeds them (kimi_k3/sizing/mocker.py: calibrated TTFT, linear from 8,192 tokens; read linearly, clamped
-    at its ends) at its uncached tokens with the best cache, / --speedup-ratio, over the replay's span. It differs
+    rehearsal feeds them (kimi_k3/sizing/mocker.py: calibrated TTFT, 24 points from 8,192 tokens; read linearly here,
+    clamped at its ends: how the mocker reads below 8,192 is not known on this side, so a selection of mostly shorter
+    prompts reads high) at its uncached tokens with the best cache, / --speedup-ratio, over the replay's span. It differs
     from plan --trace's prefill_workers_needed, which times a prefill by aiconfigurator's raw rate x PREFILL_SCALE
     (tests/unit/test_trace_balance_model.py: 1.36x slower on FAST'25); the rehearsal measures this one."""
     import numpy as np
