@@ -102,6 +102,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "instead of what the GPU has left after weights: a smaller cache to see what capacity costs in hit rate",
     )
     p.add_argument(
+        "--plan-config",
+        action="store_true",
+        help="with --trace on a disaggregated stack: deploy the prefill and decode replicas `kimi-k3 plan STACK "
+        "--trace` computes for the selection (at the replay's timing) and report whether queues stayed bounded and "
+        "the SLA (the stack's TTFT/ITL alert thresholds) held; the mockers run at the performance model's speed",
+    )
+    p.add_argument(
         "--host-network",
         action="store_true",
         help="run on the host's loopback instead of a private network namespace (the default where "

@@ -125,6 +125,41 @@ def load_summary(export: Optional[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+# The KV router's own counters, per routing phase (its `phase` label: prefill, decode, aggregated), as AIPerf's
+# server_metrics_export.json carries them over the profiling phase: AIPerf scrapes --url's /metrics (the frontend,
+# where the KV router runs) by default, in the rehearsal and in the cluster Job alike (aiperf config/flags/cli_config.py
+# --server-metrics). Names: dynamo/prometheus_names.py router.* (dynamo_component_ prefix, AIPerf drops _total).
+SERVER_METRICS_FILE = "server_metrics_export.json"
+ROUTER_INPUT = "dynamo_component_router_input_sequence_tokens"  # histogram: prompt tokens routed, per phase
+ROUTER_CACHED = "dynamo_component_router_kv_selected_cached_prefix_tokens"  # counter: cached prefix on the chosen worker
+ROUTER_REUSED = "dynamo_component_router_kv_worker_reused_tokens"  # counter: cache hits the backend reported
+
+
+def hit_rate_by_phase(export: Optional[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{phase: prompt tokens routed, cached prefix tokens on the chosen workers (the workers' KV events, as the router
+    indexed them), the backends' reported reused tokens, hit rate = cached / prompt} from AIPerf's server metrics."""
+    m = (export or {}).get("metrics") or {}
+
+    def by_phase(name: str, stat: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for s in (m.get(name) or {}).get("series") or []:
+            phase, v = (s.get("labels") or {}).get("phase"), (s.get("stats") or {}).get(stat)
+            if phase and v is not None:
+                out[phase] = out.get(phase, 0.0) + float(v)
+        return out
+
+    inp, cached, reused = by_phase(ROUTER_INPUT, "sum"), by_phase(ROUTER_CACHED, "total"), by_phase(ROUTER_REUSED, "total")
+    return {
+        ph: {
+            "input_tokens": int(n),
+            "cached_tokens": int(cached.get(ph, 0)),
+            "worker_reported_reused_tokens": None if ph not in reused else int(reused[ph]),
+            "hit_rate": None if n <= 0 else round(cached.get(ph, 0) / n, 4),
+        }
+        for ph, n in sorted(inp.items())
+    }
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The Job's trace: the user's ConfigMap, selected as `kimi-k3 rehearse --trace` selects (kimi_k3/sizing/trace_cache.py
 # select: the window by timestamp seconds, then the first N; whole lines, unchanged), checked before AIPerf starts.
@@ -214,6 +249,12 @@ def run_plan(plan: Mapping[str, Any], log=print) -> tuple[dict[str, Any], dict[s
             failures[kind] = f"aiperf exited with code {code}" + ("" if export.is_file() else f", no {export}")
             continue
         summary = load_summary(json.loads(export.read_text()))
+        try:  # the KV hit rate per role, from the router's counters AIPerf scraped (absent: not reported)
+            phases = hit_rate_by_phase(json.loads((artifact_dir / SERVER_METRICS_FILE).read_text()))
+        except (OSError, ValueError):
+            phases = {}
+        if phases:
+            summary["kv_hit_rate_by_phase"] = {k: v["hit_rate"] for k, v in phases.items()}
         if summary["requests"] == 0:
             failures[kind] = "no request completed"
         results[kind] = summary

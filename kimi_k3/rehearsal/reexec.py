@@ -41,5 +41,6 @@ def command_line(args: argparse.Namespace) -> list[str]:
         out
         + ([] if args.load else ["--no-load"])
         + (["--host-network"] if args.host_network else [])
+        + (["--plan-config"] if getattr(args, "plan_config", False) else [])
         + ([] if args.perf_model else ["--mocker-timing"])
     )

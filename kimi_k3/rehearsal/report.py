@@ -136,9 +136,9 @@ def render_markdown(report: Mapping[str, Any], plots: Iterable[str] = ()) -> str
         "|---|---|---|---|---|",
     ]
     for name, run in report["runs"].items():
-        t, i = run["ttft_ms"], run["itl_ms"]
+        ttft, i = run["ttft_ms"], run["itl_ms"]  # not `t`: that is the trace section, rendered below
         lines.append(
-            f"| {name} | {run['requests']} | {_fmt(t['p50'])} / {_fmt(t['p90'])} / {_fmt(t['p99'])} | "
+            f"| {name} | {run['requests']} | {_fmt(ttft['p50'])} / {_fmt(ttft['p90'])} / {_fmt(ttft['p99'])} | "
             f"{_fmt(i['p50'])} / {_fmt(i['p90'])} / {_fmt(i['p99'])} | {_fmt(run['output_tokens_per_second'])} |"
         )
     if report.get("prefill_decode_requests"):

@@ -20,7 +20,7 @@ from kimi_k3.config.stack_files import StackError, stack_name_problem
 from kimi_k3.errors import UserError, check_writable_dir
 from kimi_k3.graph import role_plans as graph_role_plans
 from kimi_k3.pods import smoke, workload
-from kimi_k3.rehearsal import metrics, trace_report
+from kimi_k3.rehearsal import metrics, trace_confirm, trace_report
 from kimi_k3.rehearsal import plan as rehearsal
 from kimi_k3.rehearsal import report as rehearsal_report
 from kimi_k3.rehearsal.load import (
@@ -50,6 +50,7 @@ from kimi_k3.rehearsal.ready import FIXTURE_SECONDS, Readiness, wait_ready
 from kimi_k3.rehearsal.reexec import command_line
 from kimi_k3.rehearsal.run_dir import LOCK_FD_ENV, TRACE_COPY, clear_previous, lock_out
 from kimi_k3.sizing import trace_cache
+from kimi_k3.sizing.layout import PerfError
 
 
 def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
@@ -90,6 +91,14 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         return 2
     if trace is not None:
         runs_wanted = ["trace"]
+    plan_cfg = None
+    if getattr(args, "plan_config", False):  # plan --trace's P:D config for this selection, deployed instead
+        try:
+            graph, plan_cfg = trace_confirm.for_trace(args, graph, trace)
+        except (UserError, PerfError) as err:
+            say(f"kimi-k3 rehearse {args.stack}: {err}")
+            return 2
+        say(f"--plan-config: {plan_cfg['prefill']} prefill + {plan_cfg['decode']} decode (plan --trace)")
     if getattr(args, "kv_budget_gib", None) is not None:  # checked before anything is created or removed
         room = min(p.to_json()["kv_pool_gib_per_gpu"] for p in graph_role_plans.role_kv_plans(graph).values())
         if args.kv_budget_gib > room:
@@ -319,7 +328,18 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
             **(
                 {}
                 if trace is None
-                else {"trace": trace.report(kv_hit, _trace_measured(plan, graph, trace, sampler, kv_hit, say))}
+                else {
+                    "trace": {
+                        **trace.report(
+                            kv_hit, _trace_measured(plan, graph, trace, sampler, kv_hit, say, out, args.speedup_ratio)
+                        ),
+                        **(
+                            {}
+                            if plan_cfg is None
+                            else {"plan_config": trace_confirm.run_verdict(plan_cfg, cfg, sampler, runs, trace, args)}
+                        ),
+                    }
+                }
             ),
         },
     )
@@ -339,10 +359,14 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
 HIT_METRICS = ("dynamo_frontend_input_sequence_tokens_sum", "dynamo_frontend_cached_tokens_sum")
 
 
-def _trace_measured(plan, graph, trace, sampler, kv_hit, say) -> dict[str, Any]:
+def _trace_measured(plan, graph, trace, sampler, kv_hit, say, out: Path, mocker_speedup: float) -> dict[str, Any]:
     """The replay's measured sections; a failure here is named in the report, never hides the rest."""
     try:
-        return trace_report.measured(plan, graph, trace.requests, sampler.samples if sampler else [], kv_hit)
+        exported = out / "aiperf" / "trace" / workload.SERVER_METRICS_FILE  # AIPerf's scrape of the frontend
+        server = json.loads(exported.read_text()) if exported.is_file() else None
+        samples = sampler.samples if sampler else []
+        speeds = (trace.speedup, mocker_speedup)
+        return trace_report.measured(plan, graph, trace.requests, samples, kv_hit, server, speeds)
     except Exception as err:  # noqa: BLE001 (the report is written whatever happens)
         say(f"trace report incomplete: {type(err).__name__}: {err}")
         return {"measured_error": f"{type(err).__name__}: {err}"}

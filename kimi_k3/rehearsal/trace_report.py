@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Sequence
 
+from kimi_k3.pods import workload
 from kimi_k3.rehearsal import metrics
 from kimi_k3.rehearsal.plan import Rehearsal
-from kimi_k3.rehearsal.trace_sizing import capacity_rps, cost, layout, ratio
+from kimi_k3.rehearsal.trace_sizing import capacity_rps, cost, layout, mocker_prefill_busy, ratio
 from kimi_k3.sizing import perf
 from kimi_k3.sizing.trace_cache import Request
 
@@ -25,6 +26,7 @@ FRONTEND = {
     "cached": "dynamo_frontend_cached_tokens_sum",
     "output": "dynamo_frontend_output_sequence_tokens_sum",
     "queued": "dynamo_frontend_queued_requests",
+    "inflight": "dynamo_frontend_inflight_requests",  # requests in the system (--plan-config's queue check)
 }
 WORKER = {
     "requests": "dynamo_component_requests_total",
@@ -137,22 +139,51 @@ def active(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(samples[moved[0] - 1 : moved[-1] + 1])
 
 
+# Why a role's figure is what it is (the router counts per phase; a mocker publishes KV events unless it decodes:
+# dynamo/mocker/config.py kv_event_publishing_enabled = enable_prefix_caching and not is_decode).
+ROLE_HIT_NOTES = {
+    "prefill": "the prefix the router found cached on the prefill worker it chose (the workers' KV events)",
+    "decode": "0 by construction: decode workers publish no KV events; they receive the prompt's KV from prefill",
+    "agg": "the prefix the router found cached on the worker it chose (the workers' KV events)",
+}
+
+
+def hit_by_role(plan: Rehearsal, server_metrics: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """Per role: the KV router's prompt and cached-prefix tokens for the role's phase over the replay (AIPerf's
+    server metrics export of the frontend's /metrics, as the cluster Job reads them: workload.hit_rate_by_phase)."""
+    phases = workload.hit_rate_by_phase(server_metrics)
+    out: dict[str, Any] = {}
+    for r in plan.roles:
+        got = phases.get(metrics.FRONTEND_WORKER_TYPE[r.mode])
+        if got is not None:
+            out[r.key] = {"mode": r.mode, **got, "note": ROLE_HIT_NOTES[r.mode]}
+    return out
+
+
 def measured(
     plan: Rehearsal,
     graph: Any,
     requests: Sequence[Request],
     samples: Sequence[dict[str, Any]],
     achieved_hit_rate: Optional[float],
+    server_metrics: Optional[dict[str, Any]] = None,
+    speedups: tuple[float, float] = (1.0, 1.0),
 ) -> dict[str, Any]:
-    """report.json's `trace` additions: hit rate over time, per-role load, the ratio and the cost comparison."""
+    """report.json's `trace` additions: hit rate over time and per role, per-role load, the ratio and the cost."""
     samples = active(samples)
-    out: dict[str, Any] = {"hit_rate_windows": hit_windows(samples), "load_by_role": role_load(plan, samples)}
+    out: dict[str, Any] = {
+        "hit_rate_windows": hit_windows(samples),
+        "hit_rate_by_role": hit_by_role(plan, server_metrics),
+        "load_by_role": role_load(plan, samples),
+    }
     prefill_tp, decode_tp = layout(graph.roles)
     try:
         out["ratio"] = ratio(requests, graph.platform.name, prefill_tp, decode_tp, graph.block_size)
     except perf.PerfError as err:
         out["ratio"] = {"error": str(err)}
         return out
+    # What the rehearsal's prefill occupancy should read: the mockers' own timing (not the plan's; docs/traces.md)
+    out["ratio"]["prefill_workers_busy_by_mocker_timing"] = mocker_prefill_busy(requests, graph, *speedups)
     replicas = {"prefill" if r.type == "prefill" else "decode": r.replicas for r in graph.roles}
     try:
         from kimi_k3.blueprint import stack_plan

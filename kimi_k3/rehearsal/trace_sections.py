@@ -37,6 +37,21 @@ def markdown(t: dict[str, Any]) -> list[str]:
                 f"| {r['peak_in_flight']:g} | {_pct(r['utilisation'])} |"
             )
         lines += [""] + [f"- {k}: {v}" for k, v in load["sources"].items()]
+    by_role = t.get("hit_rate_by_role") or {}
+    if by_role:
+        lines += [
+            "",
+            "## Trace: KV hit rate per role (the KV router's counters)",
+            "",
+            "| role | prompt tokens | cached prefix tokens | hit rate | backend-reported reused | why |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {key} ({r['mode']}) | {r['input_tokens']:,} | {r['cached_tokens']:,} | {_pct(r['hit_rate'])} "
+            f"| {'-' if r['worker_reported_reused_tokens'] is None else format(r['worker_reported_reused_tokens'], ',')} "
+            f"| {r['note']} |"
+            for key, r in by_role.items()
+        ]
     windows = t.get("hit_rate_windows") or []
     if windows:
         lines += [
@@ -75,6 +90,26 @@ def markdown(t: dict[str, Any]) -> list[str]:
             )
     elif r:
         lines += ["", f"P:D ratio: not computed ({r.get('error')})"]
+    pc = t.get("plan_config")
+    if pc:
+        q, sla = pc["queues"], pc["sla"]
+        lines += [
+            "",
+            "## Trace: the plan --trace config, rehearsed (`--plan-config`)",
+            "",
+            f"Deployed {pc['prefill']} prefill + {pc['decode']} decode (plan --trace: {pc['plan_workers']['prefill']} "
+            f"+ {pc['plan_workers']['decode']}; needed at the replay's timing {pc['workers_needed']['prefill']:g} + "
+            f"{pc['workers_needed']['decode']:g}): **{'confirmed' if pc['confirmed'] else 'NOT confirmed'}**.",
+            "",
+            f"- requests served: {pc['requests_served']} ({'all' if pc['all_served'] else 'NOT all'})",
+            f"- queues bounded: {q['bounded']} (requests in the system, mean first half "
+            f"{q.get('in_system_mean_first_half', '-')}, second half {q.get('in_system_mean_second_half', '-')}; "
+            f"{q.get('rule', q.get('why'))})",
+            f"- SLA held: {sla['held']} (p99 at the model's pace TTFT {sla['p99_at_model_pace']['ttft_ms']} ms, ITL "
+            f"{sla['p99_at_model_pace']['itl_ms']} ms; p95 limits {sla['limits_p95']['ttft_ms']:g} / "
+            f"{sla['limits_p95']['itl_ms']:g} ms)",
+            f"- caveat: {pc['caveat']}",
+        ]
     c = t.get("cost")
     if c:
         lines += [

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, Optional, Sequence
 
 from kimi_k3.sizing import perf, trace_plan
-from kimi_k3.sizing.trace_cache import Request, cacheable_tokens
+from kimi_k3.sizing.trace_cache import Request, cacheable_tokens, span_seconds
 
 SENSITIVITY = 0.25  # the ratio at ISL and OSL x (1 -/+ this)
 
@@ -108,3 +108,31 @@ def capacity_rps(r: dict[str, Any], replicas: dict[str, int]) -> float:
             1 / r["prefill_requests_per_second_per_worker"] + 1 / r["decode_requests_per_second_per_worker"]
         )
     return min(p, d)
+
+
+def mocker_prefill_busy(
+    requests: Sequence[Request], graph: Any, trace_speedup: float = 1.0, mocker_speedup: float = 1.0
+) -> Optional[float]:
+    """Prefill workers the mockers' own timing keeps busy on this replay: each request's TTFT from the table the
+    rehearsal feeds them (kimi_k3/sizing/mocker.py: calibrated TTFT, 24 points from 8,192 tokens; read linearly here,
+    clamped at its ends: how the mocker reads below 8,192 is not known on this side, so a selection of mostly shorter
+    prompts reads high) at its uncached tokens with the best cache, / --speedup-ratio, over the replay's span. It differs
+    from plan --trace's prefill_workers_needed, which times a prefill by aiconfigurator's raw rate x PREFILL_SCALE
+    (tests/unit/test_trace_balance_model.py: 1.36x slower on FAST'25); the rehearsal measures this one."""
+    import numpy as np
+
+    from kimi_k3.rehearsal.plan import perf_profile
+
+    try:
+        prof = perf_profile(graph)
+    except perf.PerfError:
+        return None
+    xs, ys = np.asarray(prof["prefill_isl"]), np.asarray(prof["prefill_ttft_ms"])
+    span = span_seconds(requests) / trace_speedup
+    if span <= 0:
+        return None
+    busy = sum(
+        float(np.interp(max(1, r.input_length - c), xs, ys)) / 1000
+        for r, c in zip(requests, cacheable_tokens(requests, graph.block_size))
+    )
+    return round(busy / mocker_speedup / span, 4)
