@@ -68,6 +68,8 @@ def test_layout_and_engine_match_the_release(sglang_rendered, stack):
         assert m["command"] == ["python3", "-m", "dynamo.sglang"]
         assert m["image"] == RELEASE_IMAGE  # difference: upstream's files name nvstaging / dynamoci / post.1 builds
     assert sglang_rendered[stack].outputs["gpus"] == gpus
+    # README's stacks table: nodes = GPUs / 4 per p6e node
+    assert sglang_rendered[stack].outputs["nodes"] == gpus // 4
 
 
 @pytest.mark.parametrize("stack", SGLANG_STACKS)
