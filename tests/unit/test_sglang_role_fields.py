@@ -69,3 +69,23 @@ def test_vllm_recipe_refuses_page_size(monkeypatch):
     monkeypatch.setattr(recipe_mod, "_recipe_data", lambda n: {**real(n), "pageSize": 64})
     with pytest.raises(ConfigError, match="pageSize is SGLang's"):
         load_recipe("gb300")
+
+
+def test_vllm_dcp_key_on_an_sglang_stack_is_one_clear_error():
+    from conftest import assert_one_clear_error
+
+    assert_one_clear_error(
+        "gb300-disagg-sglang",
+        {"serving": {"roles": {"decode": {"dcp": 8}}}},
+        ["kimi-k3:serving.roles.decode.dcp = 8", "--dcp-size", "allowed: leave dcp unset"],
+    )
+
+
+def test_operator_injected_flag_in_extra_args_is_refused():
+    from conftest import assert_one_clear_error
+
+    assert_one_clear_error(
+        "gb300-sglang",
+        {"serving": {"roles": {"worker": {"extraArgs": {"--nnodes": "2"}}}}},
+        ["kimi-k3:serving.roles.worker.extraArgs", "--nnodes", "the Dynamo operator injects it"],
+    )
