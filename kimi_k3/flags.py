@@ -13,7 +13,7 @@ import shlex
 from typing import Mapping, Optional, Sequence
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
-SERVER_MODULES = ("dynamo.vllm", "dynamo.frontend")
+SERVER_MODULES = ("dynamo.vllm", "dynamo.sglang", "dynamo.frontend")
 
 # Kubernetes expands $(VAR) in command/args/env values; $$(VAR) is the escape for a literal.
 _KUBE_REF = re.compile(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)")

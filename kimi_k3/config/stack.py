@@ -178,7 +178,16 @@ class PricingConfig(Strict):
 class StackConfig(Strict):
     """Everything under the `kimi-k3:` namespace of a stack."""
 
-    recipe: Literal["gb200", "gb200-disagg", "gb300", "gb300-disagg"]
+    recipe: Literal[
+        "gb200",
+        "gb200-disagg",
+        "gb300",
+        "gb300-disagg",
+        "gb200-sglang",
+        "gb200-disagg-sglang",
+        "gb300-sglang",
+        "gb300-disagg-sglang",
+    ]
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     platform: PlatformConfig = Field(default_factory=PlatformConfig)

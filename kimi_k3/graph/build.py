@@ -26,6 +26,7 @@ from kimi_k3.graph.recipe import (
     load_recipe,
     merge,
 )
+from kimi_k3.graph.sglang_role import sglang_role as _sglang_role
 from kimi_k3.graph.topology import role_topology
 from kimi_k3.graph.worker_fields import role_fields
 from kimi_k3.names import GRAPH_NAME
@@ -186,11 +187,24 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         "VLLM_ENGINE_READY_TIMEOUT_S": str(cfg.serving.startup_probe_seconds),
     }
     roles = []
+    sglang = recipe.engine == "sglang"
+    ctx = dict(
+        replicas=replicas,
+        platform=platform,
+        efa=efa,
+        compile_cache=compile_cache,
+        name=name,
+        transport=transport,
+        shared_domain=shared_domain,
+    )
     for key, rr in recipe.roles.items():
         over = cfg.serving.roles.get(key)
         util = over.gpu_memory_utilization if over and over.gpu_memory_utilization else rr.gpu_memory_utilization
         tp, nodes = topology[key]
         extra = over.extra_args if over else {}
+        if sglang:
+            roles.append(_sglang_role(key, rr, over, recipe, cfg, tp, nodes, util, model_path, base_env, image, ctx))
+            continue
         _check_overridable(extra, DERIVED_WORKER_FLAGS, f"kimi-k3:serving.roles.{key}.extraArgs")
         typed: dict[str, FlagValue] = {
             # Literal values, never $(VAR): the operator shell-quotes multinode args into `sh -c` for non-leader
@@ -294,6 +308,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         platform=platform,
         image=image,
         runtime_version=runtime_version,
+        engine=recipe.engine,
         block_size=block_size,
         model_repo=cfg.model.repo,
         model_revision=cfg.model.revision,

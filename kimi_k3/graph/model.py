@@ -47,6 +47,7 @@ class Role:
     prefix_caching: bool = True  # --enable-prefix-caching / --no-enable-prefix-caching (vLLM V1's default: on)
     max_num_seqs: Optional[int] = None  # --max-num-seqs: requests one worker runs at once (None = vLLM's default)
     speculative_config: str = ""  # --speculative-config JSON as the recipe gives it, "" = none
+    engine: str = "vllm"  # vllm | sglang: the worker module and whose flags `args` are (recipe `engine`)
 
     @property
     def gpus(self) -> int:
@@ -99,6 +100,7 @@ class ServingGraph:
     download_arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch values the download image runs on
     side_arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch of the nodes controllers run on (eks: system nodes)
     autoscaling: Any = None  # kimi_k3.graph.autoscaling.Autoscaling when the SLA planner owns worker replicas
+    engine: str = "vllm"  # vllm | sglang (recipe `engine`): the workers' module and the DGD's backendFramework
 
     @property
     def gpus(self) -> int:

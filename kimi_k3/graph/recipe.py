@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kimi_k3.config.base import ConfigError, FlagValue, Quantity, Strict, allowed_as, format_validation_error
 from kimi_k3.data import recipe_file
@@ -61,10 +61,14 @@ class WorkerRecipe(Strict):
 
 class Recipe(Strict):
     platform: Literal["gb200", "gb300"]
+    # The engine every worker role runs (recipes/facts/sglang.yaml for SGLang's flags, parsers, KV transfer, block).
+    engine: Literal["vllm", "sglang"] = "vllm"
     image: str
     runtime_version: Optional[str] = Field(None, alias="runtimeVersion")
     # Optional: derived per role (vllm_block_size); a value vLLM would raise is refused, not rendered.
     block_size: Optional[int] = Field(None, alias="blockSize", ge=1)
+    # SGLang only (engine: sglang): tokens per KV page (--page-size); the router's block is pageSize x the role's DCP.
+    page_size: Optional[int] = Field(None, alias="pageSize", ge=1)
     max_model_len: int = Field(alias="maxModelLen", ge=1)
     kv_cache_dtype: Literal["fp8", "bf16", "auto"] = Field(alias="kvCacheDtype")
     kv_events_port: int = Field(alias="kvEventsPort", ge=1024, le=65535)
@@ -85,6 +89,15 @@ class Recipe(Strict):
                 f"beyond Kimi K3's max_position_embeddings {most:,} (recipes/facts/model.yaml); allowed: 1..{most}"
             )
         return v
+
+    @model_validator(mode="after")
+    def _engine_block(self) -> "Recipe":
+        # Each engine states its KV unit its own way: vLLM --block-size (derived), SGLang --page-size (stated).
+        if self.engine == "sglang" and (self.page_size is None or self.block_size is not None):
+            raise ValueError("engine sglang: set pageSize (SGLang's --page-size), not blockSize; allowed: e.g. 64")
+        if self.engine == "vllm" and self.page_size is not None:
+            raise ValueError("pageSize is SGLang's (engine: sglang); vLLM recipes use blockSize or leave it derived")
+        return self
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

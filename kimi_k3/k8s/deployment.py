@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from kimi_k3.facts.images import kube_arch, runtime_user
+from kimi_k3.facts.sglang import ENGINE_MODULES
 from kimi_k3.graph.compile_cache import compile_cache_spec
 from kimi_k3.graph.model import Role, ServingGraph
 from kimi_k3.k8s.monitoring import ROLE_LABEL, role_labels
@@ -170,7 +171,7 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
     container = {
         "name": "main",
         "image": graph.image,
-        "command": ["python3", "-m", "dynamo.vllm"],
+        "command": ["python3", "-m", ENGINE_MODULES[role.engine]],
         "args": list(role.args),
         "env": _env(role.env),
         "resources": {
@@ -282,7 +283,7 @@ def graph_deployment(graph: ServingGraph) -> Obj:
                 "kimi-k3.io/nodes": str(graph.nodes),
             },
         ),
-        "spec": {"backendFramework": "vllm", "components": _components(graph)},
+        "spec": {"backendFramework": graph.engine, "components": _components(graph)},
     }
 
 

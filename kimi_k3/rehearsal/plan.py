@@ -109,6 +109,31 @@ def disaggregation_mode(role: Role) -> str:
     return str(parse_flags(role.args).get("--disaggregation-mode", "agg"))
 
 
+# An SGLang worker's flag -> the mocker's (dynamo/mocker/args.py 1.6.1: --engine-type sglang simulates SGLang's
+# scheduler; --sglang-* are its knobs; fcfs is the mocker's deprecated alias of fifo).
+MOCKER_SGLANG_FLAG_FOR = {
+    "--context-length": "--max-model-len",
+    "--max-running-requests": "--max-num-seqs",
+    "--disaggregation-mode": "--disaggregation-mode",
+    "--chunked-prefill-size": "--sglang-chunked-prefill-size",
+    "--max-prefill-tokens": "--sglang-max-prefill-tokens",
+}
+MOCKER_SGLANG_POLICY = {"fcfs": "fifo", "lpm": "lpm"}
+
+
+def _sglang_mocker_flags(role: Role, flags: dict[str, Any]) -> list[str]:
+    """The SGLang role's serving facts as the mocker's SGLang simulation takes them; its block is the router's
+    (page x DCP), the unit the real worker registers and emits KV events in."""
+    out = ["--engine-type", "sglang", "--block-size", str(role.block_size)]
+    for flag, mocker_flag in MOCKER_SGLANG_FLAG_FOR.items():
+        if flag in flags and flags[flag] is not True:
+            out += [mocker_flag, str(flags[flag])]
+    policy = flags.get("--schedule-policy")
+    if isinstance(policy, str) and policy in MOCKER_SGLANG_POLICY:
+        out += ["--sglang-schedule-policy", MOCKER_SGLANG_POLICY[policy]]
+    return out
+
+
 def mocker_args(
     role: Role,
     capacity: KvCapacity,
@@ -122,14 +147,17 @@ def mocker_args(
     planner. The one place mocker flags are made (a perf profile, e.g. from aiconfigurator, plugs in here)."""
     flags = parse_flags(role.args)
     out: list[str] = ["--model-path", model_path, "--model-name", served_model_name]
-    for vllm_flag, mocker_flag in MOCKER_FLAG_FOR.items():
-        if vllm_flag in flags and flags[vllm_flag] is not True:
-            out += [mocker_flag, str(flags[vllm_flag])]
+    if role.engine == "sglang":
+        out += _sglang_mocker_flags(role, flags)
+    else:
+        for vllm_flag, mocker_flag in MOCKER_FLAG_FOR.items():
+            if vllm_flag in flags and flags[vllm_flag] is not True:
+                out += [mocker_flag, str(flags[vllm_flag])]
     out += ["--kv-cache-dtype", MOCKER_KV_DTYPE[role.kv_cache_dtype]]
-    if "--max-model-len" not in flags:
+    if "--max-model-len" not in out:
         out += ["--max-model-len", str(role.max_model_len)]
-    # vLLM V1 caches prefixes unless told not to; the recipes say it explicitly.
-    out.append("--no-enable-prefix-caching" if "--no-enable-prefix-caching" in flags else "--enable-prefix-caching")
+    # vLLM V1 caches prefixes unless told not to (the recipes say it explicitly); SGLang's radix cache likewise.
+    out.append("--enable-prefix-caching" if role.prefix_caching else "--no-enable-prefix-caching")
     out += [
         "--num-gpu-blocks-override",
         str(capacity.num_blocks),

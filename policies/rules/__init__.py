@@ -76,6 +76,13 @@ from policies.rules.safety import (
     check_startup_budget_covers_load,
 )
 from policies.rules.secrets import check_env_secrets_from_secret
+from policies.rules.sglang import (
+    VLLM_ONLY_RULES,
+    check_sglang_disagg_roles_agree,
+    check_sglang_router_block_is_page,
+    check_sglang_tp_spans_whole_nodes,
+    vllm_only,
+)
 from policies.rules.storage import check_shared_mounts_writable
 from policies.rules.topology import (
     check_gpu_totals_match_recipe,
@@ -105,6 +112,8 @@ def _rule(
     scope: str = "object",
     config_schema: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> Rule:
+    if name in VLLM_ONLY_RULES:  # SGLang workers: "not applicable", never a silent pass (policies/rules/sglang.py)
+        check = vllm_only(check)
     return Rule(name, description, level, scope, check, config_schema or {})
 
 
@@ -223,6 +232,23 @@ RULES: tuple[Rule, ...] = (
         "Workers' --block-size is the block vLLM runs Kimi K3 with (not one it "
         "raises), so prefix hashes, KV events, the model card and the router share one unit.",
         check_worker_block_size_is_vllms,
+    ),
+    _rule(
+        "sglang-router-block-is-page",
+        "The frontend's --kv-cache-block-size equals the --page-size x --dcp-size block the routed SGLang "
+        "workers register and emit KV events in (dynamo/sglang/capacity.py).",
+        check_sglang_router_block_is_page,
+    ),
+    _rule(
+        "sglang-disagg-roles-agree",
+        "SGLang prefill and decode run their role's --disaggregation-mode and one --disaggregation-transfer-backend.",
+        check_sglang_disagg_roles_agree,
+    ),
+    _rule(
+        "sglang-tp-spans-whole-nodes",
+        "An SGLang worker's --tp-size equals its pods' GPUs and it leaves --nnodes/--node-rank/--dist-init-addr "
+        "to the operator.",
+        check_sglang_tp_spans_whole_nodes,
     ),
     _rule(
         "kv-router-has-kv-events",

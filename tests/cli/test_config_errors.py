@@ -11,7 +11,11 @@ CASES = {
     "unknown recipe": (
         "gb300",
         {"recipe": "gb400"},
-        ["kimi-k3:recipe", "gb400", "allowed: gb200, gb200-disagg, gb300 or gb300-disagg"],
+        [
+            "kimi-k3:recipe",
+            "gb400",
+            "allowed: gb200, gb200-disagg, gb300, gb300-disagg, gb200-sglang, gb200-disagg-sglang, gb300-sglang or gb300-disagg-sglang",
+        ],
     ),
     "TP not in whole 4-GPU nodes": (
         "gb300",
