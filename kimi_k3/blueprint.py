@@ -20,6 +20,7 @@ from kimi_k3.facts import platforms as facts_platforms
 from kimi_k3.graph import durations
 from kimi_k3.graph.build import build_graph, cache_size_gi
 from kimi_k3.graph.model import ServingGraph
+from kimi_k3.graph.role_plans import role_specs
 from kimi_k3.k8s import deployment as manifests
 from kimi_k3.k8s import platform_set
 from kimi_k3.k8s.addons import AddonSpec, addon_specs
@@ -117,22 +118,7 @@ class Blueprint:
 
 def stack_plan_of(cfg: StackConfig, graph: ServingGraph, gpu_nodes: Optional[aws.GpuNodePlan]) -> planner.StackPlan:
     """A stack's memory, cold-start and cost plan from its typed config, graph and GPU node plan (eks mode)."""
-    roles = [
-        memory.RoleSpec(
-            name=r.key,
-            gpu=graph.platform.name,
-            tp=r.tp,
-            nodes_per_replica=r.nodes_per_replica,
-            replicas=r.replicas,
-            gpu_memory_utilization=r.gpu_memory_utilization,
-            kv_cache_dtype=r.kv_cache_dtype,
-            max_model_len=r.max_model_len,
-            dcp=r.dcp,
-            load_format=r.load_format,
-            prefix_caching=r.prefix_caching,
-        )
-        for r in graph.roles
-    ]
+    roles = role_specs(graph)
     # A Capacity Block is paid whole: the reservation's instances, used or not.
     billed = gpu_nodes.max_nodes if gpu_nodes is not None and gpu_nodes.capacity_block else None
     pricing = (
@@ -164,17 +150,7 @@ def rebudget(stack: planner.StackPlan, budget_gib: float) -> planner.StackPlan:
                 f"{s.name} ({s.gpu} TP{s.tp}, util {s.gpu_memory_utilization}) has left after weights "
                 f"and the activation reserve; allowed: a number > 0 and <= {room:.2f}"
             )
-        plan = memory.plan_role(
-            s.gpu,
-            s.tp,
-            dcp=s.dcp,
-            gpu_memory_utilization=s.gpu_memory_utilization,
-            kv_cache_dtype=s.kv_cache_dtype,
-            spec_tokens=s.spec_tokens,
-            max_model_len=s.max_model_len,
-            kv_budget_gib=budget_gib,
-            prefix_caching=s.prefix_caching,
-        )
+        plan = memory.plan_spec(s, kv_budget_gib=budget_gib)
         roles.append(replace(r, plan=replace(plan, load_seconds=r.plan.load_seconds)))
     return replace(stack, roles=tuple(roles))
 

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import render_once, render_stack_once
 
 from kimi_k3.config.stack import SECRET_KEYS
 from kimi_k3.config.stack_files import read_stack_config
-from kimi_k3.offline.synth import render_config, render_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 # A test may reuse another lane's helpers (`from test_rules import ...`): every lane folder is importable, whatever
@@ -73,9 +73,19 @@ def shared_reference() -> Path:
     return ReferencePath(SHARED)
 
 
+@pytest.fixture(autouse=True)
+def _patched_code_renders_alone(request):
+    """A test that monkeypatches may change what the program renders: its renders are neither shared nor kept."""
+    import support
+
+    support.bypass["on"] = "monkeypatch" in request.fixturenames
+    yield
+    support.bypass["on"] = False
+
+
 @pytest.fixture(scope="session")
 def rendered():
-    return {stack: render_stack(stack, ROOT) for stack in STACKS}
+    return {stack: render_stack_once(stack, ROOT) for stack in STACKS}  # shared with render_with(stack)
 
 
 def stack_config(stack: str, **overrides) -> tuple[dict[str, str], set[str]]:
@@ -97,8 +107,9 @@ def stack_config(stack: str, **overrides) -> tuple[dict[str, str], set[str]]:
 
 
 def render_with(stack: str, **overrides):
+    """The stack rendered with these overrides: once per session per distinct variant (tests/support.py)."""
     config, secrets = stack_config(stack, **overrides)
-    return render_config(stack, config, secrets, ROOT)
+    return render_once(stack, config, secrets, ROOT)
 
 
 def by_kind(objects, kind):

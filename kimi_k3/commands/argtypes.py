@@ -32,14 +32,19 @@ def whole(least: int, most: int | None = None) -> Callable[[str], int]:
 positive_int = whole(1)
 
 
-def finite(text: str) -> float:
-    """Any finite number (nan and inf are refused: they pass every comparison check or overflow later)."""
+def finite(text: str, flag: str | None = None, allowed: str | None = "a number > 0") -> float:
+    """Any finite number (nan and inf are refused: they pass every comparison check or overflow later).
+
+    `flag` prefixes the message with the flag's name; `allowed` (None: left out) ends the non-finite one."""
+    said = f"{flag} {text!r}" if flag else repr(text)
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{said} is not a number") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; allowed: a number > 0")
+        raise argparse.ArgumentTypeError(
+            f"{said} is not a finite number" + (f"; allowed: {allowed}" if allowed else "")
+        )
     return value
 
 

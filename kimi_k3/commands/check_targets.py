@@ -28,13 +28,7 @@ def yaml_objects(text: str, source: str = "input") -> list[dict]:
     """Kubernetes objects of a multi-document YAML stream; `kind: List` documents are flattened.
 
     A syntax error is a UserError naming `source` and the line."""
-    out: list[dict] = []
-    for doc in _documents(text, source):
-        if isinstance(doc, dict) and doc.get("kind") == "List":
-            out.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
-        elif isinstance(doc, dict):
-            out.append(doc)
-    return out
+    return [obj for _, obj in _flattened(_documents(text, source), source) if isinstance(obj, dict)]
 
 
 def _documents(text: str, source: str) -> list[Any]:
@@ -57,14 +51,28 @@ def located_objects(docs: Sequence[Any], source: str) -> tuple[list[dict], list[
     Empty documents are skipped (as kubectl does); a `kind: List` contributes its items."""
     objects: list[dict] = []
     malformed: list[base.Violation] = []
-
-    def add(obj: Any, where: str) -> None:
-        problems = shape.problems(obj)
+    for where, obj in _flattened(docs, source):
+        problems = shape.problems(obj) if not isinstance(obj, _BadItems) else [obj.problem]
         if problems:
-            malformed.extend(shape_violation(where, obj, p) for p in problems)
+            malformed.extend(
+                shape_violation(where, obj.doc if isinstance(obj, _BadItems) else obj, p) for p in problems
+            )
         else:
             objects.append(obj)
+    return objects, malformed
 
+
+@dataclasses.dataclass(frozen=True)
+class _BadItems:
+    """A `kind: List` whose items are not a list."""
+
+    doc: Any
+    problem: shape.Problem
+
+
+def _flattened(docs: Sequence[Any], source: str) -> Iterable[tuple[str, Any]]:
+    """(where, document) for every document of a stream, a `kind: List`'s items in its place; empty ones skipped
+    (as kubectl does). The one reading loop behind yaml_objects and located_objects."""
     for index, doc in enumerate(docs, 1):
         where = f"{source}: document {index}"
         if doc is None:
@@ -72,19 +80,13 @@ def located_objects(docs: Sequence[Any], source: str) -> tuple[list[dict], list[
         if isinstance(doc, dict) and doc.get("kind") == "List":
             items = doc.get("items")
             if not isinstance(items, list):
-                malformed.append(
-                    shape_violation(
-                        where,
-                        doc,
-                        shape.Problem("items", f"{shape.found(items)}; allowed: a list of Kubernetes objects"),
-                    )
-                )
+                problem = shape.Problem("items", f"{shape.found(items)}; allowed: a list of Kubernetes objects")
+                yield where, _BadItems(doc, problem)
                 continue
             for i, item in enumerate(items):
-                add(item, f"{where} items[{i}]")
+                yield f"{where} items[{i}]", item
         else:
-            add(doc, where)
-    return objects, malformed
+            yield where, doc
 
 
 def _kubernetes_objects(text: str, source: str) -> tuple[list[dict], list[base.Violation]]:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Optional
 
 from kimi_k3.commands import plan_perf
-from kimi_k3.commands.argtypes import context_tokens, positive, positive_int
+from kimi_k3.commands.argtypes import context_tokens, finite, positive, positive_int
 from kimi_k3.graph.model import ServingGraph
 from kimi_k3.sizing import perf
 
@@ -92,19 +92,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _finite(text: str, flag: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{flag} {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{flag} {text!r} is not a finite number")
-    return value
-
-
 def hit_rate(text: str) -> float:
     """argparse type: a share of the input, 0 <= x < 1 (a full hit would leave nothing to prefill)."""
-    value = _finite(text, "--cache-hit-rate")
+    value = finite(text, "--cache-hit-rate", allowed=None)
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"{text} is outside [0, 1); allowed: e.g. 0.9 for 90% of the input cached")
     return value
@@ -112,7 +102,7 @@ def hit_rate(text: str) -> float:
 
 def acceptance(text: str) -> float:
     """argparse type: tokens per speculative step, >= 1 (1 = every draft rejected)."""
-    value = _finite(text, "--acceptance-length")
+    value = finite(text, "--acceptance-length", allowed=None)
     if value < 1:
         raise argparse.ArgumentTypeError(
             f"{text} is below 1; allowed: a number >= 1 (tokens per target step, the bonus token included)"

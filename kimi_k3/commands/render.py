@@ -18,6 +18,7 @@ from kimi_k3.atomic import write_text
 from kimi_k3.blueprint import Blueprint
 from kimi_k3.config.stack_files import (
     StackError,
+    StackFile,
     project_root,
     read_stack_config,
     stack_name_problem,
@@ -26,11 +27,11 @@ from kimi_k3.errors import UserError, check_writable_dir
 from kimi_k3.offline.synth import Rendered, render_stack
 
 
-def render_shared_stack(stack: str, root: Path | None = None) -> Rendered:
+def render_shared_stack(stack: str, root: Path | None = None, stack_file: StackFile | None = None) -> Rendered:
     """render_stack for the commands CI runs without make: the shared file's own mistakes refused, as make does."""
     from kimi_k3.commands.shared_values import refuse_literal_secrets, refuse_per_user_values
 
-    rendered = render_stack(stack, root)  # its config errors first
+    rendered = render_stack(stack, root, stack_file)  # its config errors first
     refuse_per_user_values(stack, root or project_root())
     refuse_literal_secrets(stack, rendered.objects)  # before anything is written
     return rendered
@@ -66,19 +67,20 @@ def run(args: argparse.Namespace) -> int:
     }
     for out in outs.values():  # before the first render: a bad --out fails fast and leaves nothing behind
         check_writable_dir(out, "--out")
+    stack_files = {}  # each stack file read once: the render resolves its Blueprint from this
     for stack in args.stacks:  # every name checked before any is rendered or written
         problem = stack_name_problem(stack)
         try:
             if problem:
                 raise StackError(problem)
-            read_stack_config(stack)
+            stack_files[stack] = read_stack_config(stack)
         except StackError as err:
             print(f"kimi-k3 render {stack}: {err}", file=sys.stderr)
             return 2
     renders = {}
     for stack in args.stacks:  # every stack rendered before any is written: one refused leaves nothing behind
         try:
-            renders[stack] = render_shared_stack(stack)
+            renders[stack] = render_shared_stack(stack, stack_file=stack_files[stack])
         except StackError as err:
             print(f"kimi-k3 render {stack}: {err}", file=sys.stderr)
             return 2

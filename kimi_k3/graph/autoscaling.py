@@ -82,7 +82,7 @@ def _error(key: str, value: Any, problem: str, allowed: str) -> ConfigError:
     return ConfigError(f"{KEY}.{key}{shown}: {problem}; allowed: {allowed}")
 
 
-def _budget(cfg: StackConfig, graph) -> tuple[int, str]:
+def _budget(cfg: StackConfig, graph, plan) -> tuple[int, str]:
     """The GPUs the planner may use: configured, else the Capacity Block's; never more than the block holds, and
     never more than the GPU nodes that join the cluster."""
     a = cfg.serving.autoscaling
@@ -97,9 +97,8 @@ def _budget(cfg: StackConfig, graph) -> tuple[int, str]:
                 f"the GPUs of the {graph.platform.name} nodes this graph may use, e.g. {graph.gpus * 2}",
             )
         return a.max_gpu_budget, f"{KEY}.maxGpuBudget"
-    from kimi_k3.aws.nodes import GPU_KEY, gpu_node_plan
+    from kimi_k3.aws.nodes import GPU_KEY
 
-    plan = gpu_node_plan(cfg, graph.platform.name, graph.nodes)
     block = plan.max_nodes * gpn
     what = f"{plan.max_nodes} {plan.instance.name} x {gpn} GPUs = {block}"
     if a.max_gpu_budget is not None and a.max_gpu_budget > block:
@@ -175,7 +174,11 @@ def resolve(cfg: StackConfig, graph) -> Optional[Autoscaling]:
             f"{KEY}.enabled = true: the planner scales one aggregated worker role or one prefill and "
             f"one decode role; recipe {cfg.recipe} has {', '.join(roles)}; allowed: false"
         )
-    budget, source = _budget(cfg, graph)
+    from kimi_k3.aws.nodes import gpu_node_plan
+
+    # eks mode: the GPU node group's plan, computed once for the budget and the Capacity Block's scale-down.
+    plan = gpu_node_plan(cfg, graph.platform.name, graph.nodes) if cfg.cluster.mode == "eks" else None
+    budget, source = _budget(cfg, graph, plan)
     gpn = graph.platform.gpus_per_node
     minimum = {k: a.min_replicas.get(k, r.replicas) for k, r in roles.items()}
     floor = sum(minimum[k] * _role_gpus(r) for k, r in roles.items())
@@ -229,16 +232,10 @@ def resolve(cfg: StackConfig, graph) -> Optional[Autoscaling]:
         profile_files=tuple(profile.items()),
         block_scaledown_seconds=(
             60.0 * facts()["capacity_block_scaledown_minutes"]
-            if cfg.cluster.mode == "eks" and _capacity_block(cfg, graph)
+            if plan is not None and plan.capacity_type == "CAPACITY_BLOCK"
             else None
         ),
     )
-
-
-def _capacity_block(cfg: StackConfig, graph) -> bool:
-    from kimi_k3.aws.nodes import gpu_node_plan
-
-    return gpu_node_plan(cfg, graph.platform.name, graph.nodes).capacity_type == "CAPACITY_BLOCK"
 
 
 def _dump(obj: Any) -> str:

@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 from kimi_k3.graph.model import ServingGraph
-from kimi_k3.sizing.memory import RolePlan, plan_role
+from kimi_k3.sizing.memory import RolePlan, RoleSpec, plan_spec
 
 
-def role_kv_plans(graph: ServingGraph, kv_budget_gib: float | None = None) -> dict[str, RolePlan]:
-    """Each role's memory plan, as `kimi-k3 plan STACK [--kv-budget-gib G]` computes it (planner.plan_role with the
-    role's facts; a budget replaces the KV pool per GPU)."""
-    return {
-        r.key: plan_role(
-            graph.platform.name,
-            r.tp,
-            dcp=r.dcp,
+def role_specs(graph: ServingGraph) -> list[RoleSpec]:
+    """Each role of the graph as the sizing layer sees it (its platform, TP, replicas and vLLM memory options)."""
+    return [
+        RoleSpec(
+            name=r.key,
+            gpu=graph.platform.name,
+            tp=r.tp,
+            nodes_per_replica=r.nodes_per_replica,
+            replicas=r.replicas,
             gpu_memory_utilization=r.gpu_memory_utilization,
             kv_cache_dtype=r.kv_cache_dtype,
             max_model_len=r.max_model_len,
+            dcp=r.dcp,
+            load_format=r.load_format,
             prefix_caching=r.prefix_caching,
-            kv_budget_gib=kv_budget_gib,
         )
         for r in graph.roles
-    }
+    ]
+
+
+def role_kv_plans(graph: ServingGraph, kv_budget_gib: float | None = None) -> dict[str, RolePlan]:
+    """Each role's memory plan, as `kimi-k3 plan STACK [--kv-budget-gib G]` computes it (memory.plan_spec with the
+    role's facts; a budget replaces the KV pool per GPU)."""
+    return {s.name: plan_spec(s, kv_budget_gib) for s in role_specs(graph)}

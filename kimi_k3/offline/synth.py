@@ -14,7 +14,7 @@ import yaml
 from google.protobuf import json_format
 
 from kimi_k3.atomic import write_text
-from kimi_k3.config.stack_files import SECRET_PLACEHOLDER, StackError, project_root, read_stack_config
+from kimi_k3.config.stack_files import SECRET_PLACEHOLDER, StackError, StackFile, project_root, read_stack_config
 
 PROJECT = "kimi-k3"
 
@@ -277,8 +277,9 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
     )
 
 
-def render_stack(stack: str, root: Path | None = None) -> Rendered:
-    stack_file = read_stack_config(stack, root)
+def render_stack(stack: str, root: Path | None = None, stack_file: StackFile | None = None) -> Rendered:
+    """The stack file rendered; `stack_file`: the one the caller read already (never read twice)."""
+    stack_file = stack_file if stack_file is not None else read_stack_config(stack, root)
     rendered = render_config(stack, stack_file.config, stack_file.secrets, root)
     rendered.assumed = stack_file.assumed
     return rendered

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from kimi_k3.facts.model import load_model_facts
 from kimi_k3.facts.platforms import StorageBackend, load_platforms, load_storage_backends
-from kimi_k3.sizing.memory import RolePlan, RoleSpec, bytes_per_pod, load_seconds, plan_role
+from kimi_k3.sizing.memory import RolePlan, RoleSpec, bytes_per_pod, load_seconds, plan_spec
 
 
 @dataclass(frozen=True)
@@ -142,18 +142,7 @@ def plan_stack(
     total_pods = sum(s.nodes_per_replica * s.replicas for s in specs)
     out = []
     for s, p in shaped:
-        plan = plan_role(
-            s.gpu,
-            s.tp,
-            dcp=s.dcp,
-            gpu_memory_utilization=s.gpu_memory_utilization,
-            kv_cache_dtype=s.kv_cache_dtype,
-            spec_tokens=s.spec_tokens,
-            max_model_len=s.max_model_len,
-            prefix_caching=s.prefix_caching,
-            facts=m,
-            platforms=plats,
-        )
+        plan = plan_spec(s, facts=m, platforms=plats)
         read = bytes_per_pod(m, s.tp, p.gpus_per_node, s.load_format)
         times = {name: load_seconds(read, total_pods if b.shared else 1, b) for name, b in backends.items()}
         plan = replace(plan, load_seconds=times)

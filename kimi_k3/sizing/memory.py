@@ -211,6 +211,28 @@ def aligned_block_size(
     return align * math.ceil(kda_state_page_bytes(m, tp, spec_tokens) / (align * attn_page_per_token))
 
 
+def plan_spec(
+    s: RoleSpec,
+    kv_budget_gib: float | None = None,
+    facts: ModelFacts | None = None,
+    platforms: dict[str, Platform] | None = None,
+) -> RolePlan:
+    """plan_role with a role's own facts: the one mapping from a RoleSpec to its memory plan (plan, rehearse)."""
+    return plan_role(
+        s.gpu,
+        s.tp,
+        dcp=s.dcp,
+        gpu_memory_utilization=s.gpu_memory_utilization,
+        kv_cache_dtype=s.kv_cache_dtype,
+        spec_tokens=s.spec_tokens,
+        max_model_len=s.max_model_len,
+        kv_budget_gib=kv_budget_gib,
+        prefix_caching=s.prefix_caching,
+        facts=facts,
+        platforms=platforms,
+    )
+
+
 def plan_role(
     gpu: str,
     tp: int,

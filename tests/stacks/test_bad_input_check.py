@@ -15,9 +15,9 @@ from typing import Any, Callable
 import pytest
 import yaml
 from conftest import ROOT
+from support import render_stack_once as render_stack  # one render per stack per session
 
 from kimi_k3.commands.main import main
-from kimi_k3.offline.synth import render_stack
 from policies import rules
 from policies.rules import base
 

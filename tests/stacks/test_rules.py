@@ -564,9 +564,10 @@ def test_check_render_dir_with_resources_and_json(tmp_path, capsys):
 
 
 def test_check_reads_what_kimi_k3_render_writes(tmp_path, capsys):
-    from kimi_k3.offline.synth import render_stack
+    from conftest import ROOT
+    from support import render_stack_once
 
-    render_stack("gb300").write(tmp_path)
+    render_stack_once("gb300", ROOT).write(tmp_path)
     assert cli(str(tmp_path)) == 0
     out = capsys.readouterr().out
     assert "model-cache-retained" not in out, "resources.json carries protect/retainOnDelete, so the rule is evaluated"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 from conftest import ROOT, render_with
+from support import render_stack_once as render_stack  # one render per stack per session
 
 from kimi_k3.offline import replacement as R
-from kimi_k3.offline.synth import render_stack
 
 pytestmark = pytest.mark.slow  # ~13 renders: `make test-slow`
 

@@ -1,0 +1,62 @@
+"""Renders shared by the whole test session: each distinct (stack, config) variant runs the program once.
+
+A render under Pulumi's mocks costs ~1 s; the same variant is asked for by many tests (the stacks as committed,
+and the same overrides across the bad-input tables, AWS, schema and autoscaling tests). The cache is keyed by the
+variant's canonical config (every `kimi-k3:*` key and value as the engine would pass them, sorted, and which keys
+are secret), so a new stack file or a new override costs one render, whoever asks for it first. Each caller gets
+its own copy of the records (a test may edit what it is given); the frozen Blueprint is shared."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Mapping
+
+from kimi_k3.config.stack_files import read_stack_config
+from kimi_k3.offline.synth import Rendered, RenderError, render_config
+
+_RENDERS: dict[tuple, Rendered | RenderError] = {}
+# A test that patches code (monkeypatch) renders something its config does not say: conftest turns sharing off.
+bypass = {"on": False}
+calls = {"renders": 0, "hits": 0}  # what the cache did this session (tests/unit/test_render_cache_t26.py reads it)
+
+
+def variant_key(stack: str, config: Mapping[str, str], secrets, root: Path) -> tuple:
+    """The variant's canonical config: Pulumi hands the program an unordered map, so order never matters."""
+    return stack, str(Path(root).resolve()), tuple(sorted(config.items())), tuple(sorted(secrets))
+
+
+def render_once(stack: str, config: Mapping[str, str], secrets, root: Path) -> Rendered:
+    """render_config's result for this variant, rendered on first use; a refused variant raises its RenderError
+    again (a fresh one, same message and registered urns)."""
+    if bypass["on"]:
+        return render_config(stack, dict(config), set(secrets), root)
+    key = variant_key(stack, config, secrets, root)
+    hit = _RENDERS.get(key)
+    if hit is None:
+        calls["renders"] += 1
+        try:
+            hit = render_config(stack, dict(config), set(secrets), root)
+        except RenderError as err:
+            hit = err
+        _RENDERS[key] = hit
+    else:
+        calls["hits"] += 1
+    if isinstance(hit, RenderError):
+        raise RenderError(str(hit), list(hit.registered))
+    return Rendered(
+        stack=hit.stack,
+        resources=copy.deepcopy(hit.resources),
+        objects=copy.deepcopy(hit.objects),
+        outputs=copy.deepcopy(hit.outputs),
+        assumed=list(hit.assumed),
+        blueprint=hit.blueprint,
+    )
+
+
+def render_stack_once(stack: str, root: Path) -> Rendered:
+    """render_stack (the stack file as committed, its assumed per-user values listed) through the cache."""
+    stack_file = read_stack_config(stack, root)
+    rendered = render_once(stack, stack_file.config, stack_file.secrets, root)
+    rendered.assumed = stack_file.assumed
+    return rendered
