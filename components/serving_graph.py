@@ -9,7 +9,7 @@ import pulumi
 from components.kubernetes import register
 from kimi_k3.config.serving import BenchmarkConfig, PreflightConfig
 from kimi_k3.graph.model import ServingGraph as Graph
-from kimi_k3.k8s import benchmark_job, graph_ready, node_local, preflight_job, smoke_job
+from kimi_k3.k8s import benchmark_job, graph_ready, node_local, preflight_job, provided_domain, smoke_job
 from kimi_k3.k8s import deployment as manifests
 from kimi_k3.k8s import planner as k8s_planner
 
@@ -81,6 +81,21 @@ class ServingGraphArgs:
         self.smoke_test = smoke_test
 
 
+def _claiming(obj, gate: Optional[pulumi.Output], template: str = ""):
+    """`obj` with each claim of the provided channel template waiting on `gate` (the template's name once the
+    ComputeDomain read from the cluster passed its check; a failed check fails `up` before the object exists)."""
+    if gate is None:
+        return obj
+    if isinstance(obj, dict):
+        return {
+            k: gate if k == "resourceClaimTemplateName" and v == template else _claiming(v, gate, template)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_claiming(v, gate, template) for v in obj]
+    return obj
+
+
 class ServingGraph(pulumi.ComponentResource):
     """The ComputeDomains roles claim (one shared by all roles when KV moves over NVLink), the graph, the
     graph-ready Job `pulumi up` waits on (Ready, or a failure named within minutes), then the smoke test Job
@@ -93,14 +108,19 @@ class ServingGraph(pulumi.ComponentResource):
     def __init__(self, name: str, args: ServingGraphArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("kimi-k3:serving:ServingGraph", name, None, opts)
         g = args.graph
-        domains = [
-            register(
-                f"{name}-{key}-compute-domain",
-                manifests.compute_domain(g, key),
-                pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
-            )
-            for key in g.compute_domains
-        ]
+        gate, template = None, ""
+        if g.provided_compute_domain is not None:  # the provider's: read from the cluster and checked, never created
+            domains, gate = self._provided_domain(name, g, args.platform_ready)
+            template = g.provided_compute_domain.channel_template
+        else:
+            domains = [
+                register(
+                    f"{name}-{key}-compute-domain",
+                    manifests.compute_domain(g, key),
+                    pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
+                )
+                for key in g.compute_domains
+            ]
         checks = []
         pf = args.preflight
         by_key = dict(zip(g.compute_domains, domains))  # roles handing KV over NVLink share one domain
@@ -122,7 +142,11 @@ class ServingGraph(pulumi.ComponentResource):
                 checks.append(
                     register(
                         f"{name}-{role.key}-preflight",
-                        preflight_job.preflight_job(g, role, pf.min_bus_bandwidth_gbps, pf.timeout_seconds),
+                        _claiming(
+                            preflight_job.preflight_job(g, role, pf.min_bus_bandwidth_gbps, pf.timeout_seconds),
+                            gate,
+                            template,
+                        ),
                         pulumi.ResourceOptions(
                             parent=self,
                             ignore_changes=["spec"],
@@ -173,7 +197,7 @@ class ServingGraph(pulumi.ComponentResource):
             local = [self.prefetch]
         self.deployment = register(
             f"{name}-deployment",
-            manifests.graph_deployment(g),
+            _claiming(manifests.graph_deployment(g), gate, template),
             pulumi.ResourceOptions(
                 parent=self,
                 depends_on=args.platform_ready
@@ -234,3 +258,24 @@ class ServingGraph(pulumi.ComponentResource):
                 "benchmark": self.benchmark.metadata["name"] if self.benchmark else None,
             }
         )
+
+    def _provided_domain(self, name: str, g: Graph, platform_ready: Sequence[pulumi.Resource]):
+        """Discovery at `up`: the provider's ComputeDomain read from the cluster (a Pulumi read of the custom
+        resource; the engine fails the read of one that does not exist) and checked against what the graph needs.
+        Returns ([the read], the channel template's name once checked)."""
+        p = g.provided_compute_domain
+        # A raw read: pulumi_kubernetes' CustomResource.get in Python exposes no metadata/spec outputs to check.
+        found = pulumi.CustomResource(
+            provided_domain.TYPE,
+            f"{name}-provided-compute-domain",
+            {"apiVersion": None, "kind": None, "metadata": None, "spec": None},
+            pulumi.ResourceOptions(parent=self, id=p.id, depends_on=list(platform_ready)),
+        )
+
+        def checked(parts):
+            problem = provided_domain.domain_problem({"metadata": parts[0], "spec": parts[1]}, g)
+            if problem:
+                raise pulumi.RunError(f"Pulumi.{pulumi.get_stack()}.yaml: {problem}")
+            return p.channel_template
+
+        return [found], pulumi.Output.all(found.metadata, found.spec).apply(checked)

@@ -58,6 +58,20 @@ class Role:
 
 
 @dataclass(frozen=True)
+class ProvidedDomain:
+    """A ComputeDomain the provider made (kimi-k3:cluster.computeDomain.provided): claimed, never created."""
+
+    name: str
+    namespace: str
+    channel_template: str  # its spec.channel.resourceClaimTemplate.name
+    nodes: int  # GPU nodes it spans (stated in the stack, checked against spec.numNodes at `up`)
+
+    @property
+    def id(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
 class Frontend:
     component: str
     replicas: int
@@ -99,6 +113,8 @@ class ServingGraph:
     download_arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch values the download image runs on
     side_arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch of the nodes controllers run on (eks: system nodes)
     autoscaling: Any = None  # kimi_k3.graph.autoscaling.Autoscaling when the SLA planner owns worker replicas
+    # existing mode: the provider's ComputeDomain every role claims (None: the graph creates its own)
+    provided_compute_domain: Optional[ProvidedDomain] = None
 
     @property
     def gpus(self) -> int:
