@@ -9,7 +9,7 @@ import pulumi
 from components.kubernetes import register
 from kimi_k3.config.serving import BenchmarkConfig, PreflightConfig
 from kimi_k3.graph.model import ServingGraph as Graph
-from kimi_k3.k8s import benchmark_job, graph_ready, node_local, preflight_job, provided_domain, smoke_job
+from kimi_k3.k8s import benchmark_job, graph_ready, node_local, preflight_job, smoke_job
 from kimi_k3.k8s import deployment as manifests
 from kimi_k3.k8s import planner as k8s_planner
 
@@ -49,6 +49,7 @@ class ServingGraphArgs:
         node_selector: Optional[dict[str, str]] = None,
         benchmark: Optional[BenchmarkArgs] = None,
         weights_ready: Sequence[pulumi.Resource] = (),
+        provided_domain: Optional[tuple[pulumi.Resource, pulumi.Output]] = None,
     ):
         """
         :param graph: roles, TP, nodes, flags and env of the selected recipe with stack overrides.
@@ -66,7 +67,10 @@ class ServingGraphArgs:
         :param benchmark: run the AIPerf benchmark Job after the smoke test (None: no Job).
         :param weights_ready: what the node-local weights prefetch needs besides the GPU nodes (the verified
             checkpoint: the download Job); used when the graph has node_local_weights.
+        :param provided_domain: the provider's ComputeDomain read from the cluster, and its channel template's name
+            once checked (components/cluster.py); required when the graph has provided_compute_domain.
         """
+        self.provided_domain = provided_domain
         self.benchmark = benchmark
         self.weights_ready = list(weights_ready)
         self.gpu_nodes_ready = list(gpu_nodes_ready)
@@ -110,8 +114,8 @@ class ServingGraph(pulumi.ComponentResource):
         g = args.graph
         gate, template = None, ""
         if g.provided_compute_domain is not None:  # the provider's: read from the cluster and checked, never created
-            domains, gate = self._provided_domain(name, g, args.platform_ready)
-            template = g.provided_compute_domain.channel_template
+            found, gate = args.provided_domain  # read and checked by the Cluster, before the namespace exists
+            domains, template = [found], g.provided_compute_domain.channel_template
         else:
             domains = [
                 register(
@@ -258,24 +262,3 @@ class ServingGraph(pulumi.ComponentResource):
                 "benchmark": self.benchmark.metadata["name"] if self.benchmark else None,
             }
         )
-
-    def _provided_domain(self, name: str, g: Graph, platform_ready: Sequence[pulumi.Resource]):
-        """Discovery at `up`: the provider's ComputeDomain read from the cluster (a Pulumi read of the custom
-        resource; the engine fails the read of one that does not exist) and checked against what the graph needs.
-        Returns ([the read], the channel template's name once checked)."""
-        p = g.provided_compute_domain
-        # A raw read: pulumi_kubernetes' CustomResource.get in Python exposes no metadata/spec outputs to check.
-        found = pulumi.CustomResource(
-            provided_domain.TYPE,
-            f"{name}-provided-compute-domain",
-            {"apiVersion": None, "kind": None, "metadata": None, "spec": None},
-            pulumi.ResourceOptions(parent=self, id=p.id, depends_on=list(platform_ready)),
-        )
-
-        def checked(parts):
-            problem = provided_domain.domain_problem({"metadata": parts[0], "spec": parts[1]}, g)
-            if problem:
-                raise pulumi.RunError(f"Pulumi.{pulumi.get_stack()}.yaml: {problem}")
-            return p.channel_template
-
-        return [found], pulumi.Output.all(found.metadata, found.spec).apply(checked)

@@ -91,7 +91,11 @@ class GpuNodesConfig(Strict):
     )
 
 
-DNS_SUBDOMAIN = DNS_LABEL.replace("{0,61}", "{0,252}")
+# An object name (RFC 1123 subdomain, '.' allowed): the ComputeDomain's and its channel template's.
+OBJECT_NAME = allowed_as(
+    r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+    "a Kubernetes object name: lower-case letters, digits, '-' and '.', at most 253, e.g. s0-011-us-west-01",
+)
 
 
 class ProvidedComputeDomain(Strict):
@@ -100,16 +104,16 @@ class ProvidedComputeDomain(Strict):
     claims its channel and creates none; `up` reads it from the cluster first (components/serving_graph.py)."""
 
     name: str = Field(
-        pattern=allowed_as(DNS_SUBDOMAIN, "a ComputeDomain name: lower-case letters, digits, '-' and '.'"),
+        pattern=OBJECT_NAME,
         description="the ComputeDomain's metadata.name (kubectl get computedomains -A)",
     )
     namespace: str = Field(
-        pattern=allowed_as(DNS_LABEL, "a DNS label: up to 63 lower-case letters, digits and '-'"),
+        pattern=DNS_LABEL,
         description="its namespace: the graph must run there (the DRA driver refuses a channel claim from another)",
     )
     channel_template: str = Field(
         alias="channelTemplate",
-        pattern=allowed_as(DNS_SUBDOMAIN, "a ResourceClaimTemplate name: lower-case letters, digits, '-' and '.'"),
+        pattern=OBJECT_NAME,
         description="its spec.channel.resourceClaimTemplate.name: the template the driver made beside it",
     )
     nodes: int = Field(

@@ -128,15 +128,16 @@ def _check_image_arch(image: str, arches: set[str], key: str, where: str) -> tup
     return tuple(sorted(usable))
 
 
-def _provided_domain(cfg: StackConfig, transport: str, reason: str, nodes: int) -> Optional[ProvidedDomain]:
-    """The provider's ComputeDomain, if the stack names one: every role claims it, so all must fit inside."""
+def _provided_domain(cfg: StackConfig, nodes: int) -> Optional[ProvidedDomain]:
+    """The provider's ComputeDomain, if the stack names one: every role claims it (KV over NVLink: the transport
+    sees the domain's nodes as its NVLink domain), so all must fit inside."""
     p = cfg.cluster.compute_domain.provided
     if p is None:
         return None
-    if transport != "nvlink" or nodes > p.nodes:
+    if nodes > p.nodes:
         raise ConfigError(
-            f"kimi-k3:cluster.computeDomain.provided.nodes = {p.nodes}: the graph's roles take {nodes} GPU nodes "
-            f"({reason}), and every one claims the provided ComputeDomain's channel; allowed: fewer replicas "
+            f"kimi-k3:cluster.computeDomain.provided.nodes = {p.nodes}: the graph's roles take {nodes} GPU nodes, "
+            "and every one claims the provided ComputeDomain's channel; allowed: fewer replicas "
             f"(kimi-k3:serving.pdRatio / roles.<role>.replicas), or a domain of {nodes} nodes or more"
         )
     return ProvidedDomain(p.name, p.namespace, p.channel_template, p.nodes)
@@ -164,18 +165,17 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         over = cfg.serving.roles.get(key)
         util = over.gpu_memory_utilization if over and over.gpu_memory_utilization else rr.gpu_memory_utilization
         topology[key] = role_topology(key, rr, over, platform, util, recipe.kv_cache_dtype, recipe.max_model_len)
-    transport, transport_reason = choose_kv_transport(
-        recipe, cfg, platform, image, {key: nodes * replicas[key] for key, (_, nodes) in topology.items()}
-    )
+    role_nodes = {key: nodes * replicas[key] for key, (_, nodes) in topology.items()}
+    provided = _provided_domain(cfg, sum(role_nodes.values()))
+    transport, transport_reason = choose_kv_transport(recipe, cfg, platform, image, role_nodes)
+    if provided is not None and transport != "nvlink":  # one IMEX domain for all: KV stays on NVLink
+        raise ConfigError(f"kimi-k3:cluster.computeDomain.provided: KV would leave NVLink ({transport_reason})")
     efa = efa_devices_per_node(cfg, platform.name) if transport == "efa" else 0
     if transport == "efa" and not efa:
         raise ConfigError(
             f"kimi-k3:cluster.efaDevicesPerNode: KV moves over EFA ({transport_reason}) but the GPU "
             "nodes offer no EFA devices; set it (existing clusters) or use eks mode"
         )
-    provided = _provided_domain(
-        cfg, transport, transport_reason, sum(n * replicas[k] for k, (_, n) in topology.items())
-    )
     shared_domain = provided is not None or (transport == "nvlink" and len(recipe.roles) > 1)
     # No pod may land where its image cannot run: workers on the GPU nodes' arch, the frontend in the workers'
     # zone (eks: only the GPU nodes are there), the download Job on what its image is built for (eks: system nodes).

@@ -273,6 +273,7 @@ def render_config(
             )
         )
     except pulumi.RunError as err:
+        _drain()
         raise RenderError(str(err), [r["urn"] for r in records]) from None
     finally:
         os.chdir(cwd)
@@ -291,6 +292,25 @@ def render_config(
         outputs=outputs,
         blueprint=program.get("blueprint"),
     )
+
+
+def _drain() -> None:
+    """Cancel what a run that failed mid-way left pending (registrations waiting on the failed check), so the
+    next run in this process starts from an empty loop, not with the last one's tasks."""
+    import asyncio
+
+    loop = asyncio.get_event_loop()
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    from pulumi.runtime import settings
+
+    # Else the next run raises this one's exception again: its first unhandled one, and its failed outputs' tasks.
+    settings._get_rpc_manager().clear()
+    with settings.SETTINGS.lock:
+        settings.SETTINGS.outputs.clear()
 
 
 def render_stack(stack: str, root: Path | None = None) -> Rendered:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Iterator, Mapping, Sequence
 
 from kimi_k3.k8s.deployment import PROVIDED_DOMAIN_ANNOTATION
-from policies.rules.base import Context, Finding, Result, _is, name_of, node_count, target_of, workers
-from policies.rules.kv_transport import _channel_templates, kv_over_nvlink
+from policies.rules.base import Context, Finding, Result, _is, name_of, node_count, pod_spec, target_of, workers
+from policies.rules.kv_transport import kv_over_nvlink
 
 
 def provided_channel_templates(objects: Sequence[Mapping]) -> set[str]:
@@ -20,6 +20,13 @@ def provided_channel_templates(objects: Sequence[Mapping]) -> set[str]:
         for ann in [(o.get("metadata") or {}).get("annotations") or {}]
         if ann.get(f"{PROVIDED_DOMAIN_ANNOTATION}-channel")
     }
+
+
+def _claimed_templates(comp: Mapping, container: Mapping) -> list[str]:
+    """Templates the container's claims map to through the pod's resourceClaims (a dangling claim maps to none)."""
+    by_name = {c.get("name"): c.get("resourceClaimTemplateName") for c in pod_spec(comp).get("resourceClaims") or []}
+    used = [by_name.get(c.get("name")) for c in (container.get("resources") or {}).get("claims") or []]
+    return sorted({str(t) for t in used if t})
 
 
 def check_nvlink_roles_in_provided_domain(objects: Sequence[Mapping], ctx: Context) -> Iterator[Result]:
@@ -46,7 +53,7 @@ def check_nvlink_roles_in_provided_domain(objects: Sequence[Mapping], ctx: Conte
         for comp, container, tokens in workers(obj):
             if node_count(comp) < 2 and not kv_over_nvlink(container, tokens):
                 continue
-            claimed = _channel_templates(comp, container)
+            claimed = _claimed_templates(comp, container)
             if claimed != [template]:
                 yield Finding(
                     target_of(obj),
