@@ -308,7 +308,10 @@ def _write(path: Path, text: str) -> str:
         (lambda d: str(d / "nope.yaml.yaml"), ["nope.yaml.yaml", "no such file", "allowed: a YAML file"]),
         (lambda d: str(d / "missing-dir") + "/", ["missing-dir", "no such file or directory"]),
         (lambda d: str(d), ["not a render directory (no manifests.yaml)"]),
-        (lambda d: "gb300-disag", ["no stack 'gb300-disag'", "did you mean 'gb300-disagg'", "allowed: gb200"]),
+        (
+            lambda d: "gb300-disag",
+            ["no stack 'gb300-disag'", "did you mean 'gb300-disagg'", "allowed: cks-gb300-disagg, gb200"],
+        ),
         (lambda d: "Pulumi.gb300.yaml", ["Pulumi.gb300.yaml", "stack file", "kimi-k3 check gb300"]),
     ],
 )
@@ -441,7 +444,7 @@ def test_policy_config_levels_are_honoured(tmp_path, capsys, monkeypatch):
         (["plan", "--gpu", "gb301", "--tp", "8"], ["--gpu 'gb301'", "allowed: b200, gb200, gb300, h200"]),
         (["render", "gb300-disag"], ["no stack 'gb300-disag'", "did you mean 'gb300-disagg'"]),
         (["render", "Pulumi.gb300.yaml"], ["'Pulumi.gb300.yaml' is a stack file", "give the stack name: gb300"]),
-        (["plan", "nope"], ["no stack 'nope'", "allowed: gb200, gb200-disagg, gb300, gb300-disagg"]),
+        (["plan", "nope"], ["no stack 'nope'", "allowed: cks-gb300-disagg, gb200, gb200-disagg, gb300, gb300-disagg"]),
     ],
 )
 def test_bad_flag_or_argument(argv, expect, capsys, monkeypatch):
