@@ -173,6 +173,7 @@ else:
             if cfg.serving.benchmark.enabled
             else None,
             weights_ready=[cache.download, *storage_ready],
+            provided_domain=cluster.provided_domain,
         ),
         opts=k8s_only,
     )

@@ -49,6 +49,7 @@ class ServingGraphArgs:
         node_selector: Optional[dict[str, str]] = None,
         benchmark: Optional[BenchmarkArgs] = None,
         weights_ready: Sequence[pulumi.Resource] = (),
+        provided_domain: Optional[tuple[pulumi.Resource, pulumi.Output]] = None,
     ):
         """
         :param graph: roles, TP, nodes, flags and env of the selected recipe with stack overrides.
@@ -66,7 +67,10 @@ class ServingGraphArgs:
         :param benchmark: run the AIPerf benchmark Job after the smoke test (None: no Job).
         :param weights_ready: what the node-local weights prefetch needs besides the GPU nodes (the verified
             checkpoint: the download Job); used when the graph has node_local_weights.
+        :param provided_domain: the provider's ComputeDomain read from the cluster, and its channel template's name
+            once checked (components/cluster.py); required when the graph has provided_compute_domain.
         """
+        self.provided_domain = provided_domain
         self.benchmark = benchmark
         self.weights_ready = list(weights_ready)
         self.gpu_nodes_ready = list(gpu_nodes_ready)
@@ -81,6 +85,21 @@ class ServingGraphArgs:
         self.smoke_test = smoke_test
 
 
+def _claiming(obj, gate: Optional[pulumi.Output], template: str = ""):
+    """`obj` with each claim of the provided channel template waiting on `gate` (the template's name once the
+    ComputeDomain read from the cluster passed its check; a failed check fails `up` before the object exists)."""
+    if gate is None:
+        return obj
+    if isinstance(obj, dict):
+        return {
+            k: gate if k == "resourceClaimTemplateName" and v == template else _claiming(v, gate, template)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_claiming(v, gate, template) for v in obj]
+    return obj
+
+
 class ServingGraph(pulumi.ComponentResource):
     """The ComputeDomains roles claim (one shared by all roles when KV moves over NVLink), the graph, the
     graph-ready Job `pulumi up` waits on (Ready, or a failure named within minutes), then the smoke test Job
@@ -93,14 +112,19 @@ class ServingGraph(pulumi.ComponentResource):
     def __init__(self, name: str, args: ServingGraphArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("kimi-k3:serving:ServingGraph", name, None, opts)
         g = args.graph
-        domains = [
-            register(
-                f"{name}-{key}-compute-domain",
-                manifests.compute_domain(g, key),
-                pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
-            )
-            for key in g.compute_domains
-        ]
+        gate, template = None, ""
+        if g.provided_compute_domain is not None:  # the provider's: read from the cluster and checked, never created
+            found, gate = args.provided_domain  # read and checked by the Cluster, before the namespace exists
+            domains, template = [found], g.provided_compute_domain.channel_template
+        else:
+            domains = [
+                register(
+                    f"{name}-{key}-compute-domain",
+                    manifests.compute_domain(g, key),
+                    pulumi.ResourceOptions(parent=self, depends_on=args.platform_ready),
+                )
+                for key in g.compute_domains
+            ]
         checks = []
         pf = args.preflight
         by_key = dict(zip(g.compute_domains, domains))  # roles handing KV over NVLink share one domain
@@ -122,7 +146,11 @@ class ServingGraph(pulumi.ComponentResource):
                 checks.append(
                     register(
                         f"{name}-{role.key}-preflight",
-                        preflight_job.preflight_job(g, role, pf.min_bus_bandwidth_gbps, pf.timeout_seconds),
+                        _claiming(
+                            preflight_job.preflight_job(g, role, pf.min_bus_bandwidth_gbps, pf.timeout_seconds),
+                            gate,
+                            template,
+                        ),
                         pulumi.ResourceOptions(
                             parent=self,
                             ignore_changes=["spec"],
@@ -173,7 +201,7 @@ class ServingGraph(pulumi.ComponentResource):
             local = [self.prefetch]
         self.deployment = register(
             f"{name}-deployment",
-            manifests.graph_deployment(g),
+            _claiming(manifests.graph_deployment(g), gate, template),
             pulumi.ResourceOptions(
                 parent=self,
                 depends_on=args.platform_ready

@@ -109,6 +109,11 @@ def run(args: argparse.Namespace) -> int:
                 f"  assumed (per-user values, kept in .pulumi-user/Pulumi.{stack}.yaml, never read offline): "
                 + "; ".join(rendered.assumed)
             )
+        from kimi_k3.k8s.provided_domain import assumption
+
+        cluster_fact = assumption(blueprint_of(rendered).graph)  # read from the cluster at `up`, never offline
+        if cluster_fact:
+            print(f"  {cluster_fact}")
         if args.critical_path:
             from kimi_k3.offline import critical_path
 

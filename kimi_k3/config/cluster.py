@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field, field_validator
 
-from kimi_k3.config.base import InstanceType, Strict, Zone, allowed_as
+from kimi_k3.config.base import DNS_LABEL, ConfigError, InstanceType, Strict, Zone, allowed_as
 from kimi_k3.data import recipe_file
 from kimi_k3.errors import did_you_mean
 
@@ -91,6 +91,72 @@ class GpuNodesConfig(Strict):
     )
 
 
+# An object name (RFC 1123 subdomain, '.' allowed): the ComputeDomain's and its channel template's.
+OBJECT_NAME = allowed_as(
+    r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+    "a Kubernetes object name: lower-case letters, digits, '-' and '.', at most 253, e.g. s0-011-us-west-01",
+)
+
+
+class ProvidedComputeDomain(Strict):
+    """`kimi-k3:cluster.computeDomain.provided`: a ComputeDomain the provider made for the rack (CoreWeave CKS
+    creates one per GB200/GB300 rack when it joins the cluster: docs.coreweave.com, IMEX with DRA). The graph
+    claims its channel and creates none; `up` reads it from the cluster first (components/serving_graph.py)."""
+
+    name: str = Field(
+        pattern=OBJECT_NAME,
+        description="the ComputeDomain's metadata.name (kubectl get computedomains -A)",
+    )
+    namespace: str = Field(
+        pattern=DNS_LABEL,
+        description="its namespace: the graph must run there (the DRA driver refuses a channel claim from another)",
+    )
+    channel_template: str = Field(
+        alias="channelTemplate",
+        pattern=OBJECT_NAME,
+        description="its spec.channel.resourceClaimTemplate.name: the template the driver made beside it",
+    )
+    nodes: int = Field(
+        ge=1,
+        description="GPU nodes the domain spans (a full NVL72 rack: 18); `up` refuses a domain whose spec.numNodes "
+        "is smaller than the graph's nodes",
+    )
+
+
+class ComputeDomainConfig(Strict):
+    """`kimi-k3:cluster.computeDomain`: whose ComputeDomain the graph's NVLink roles claim."""
+
+    provided: Optional[ProvidedComputeDomain] = Field(
+        None, description="existing mode: the provider's ComputeDomain; unset: the graph creates its own"
+    )
+
+
+def check_provided_compute_domain(cluster: "ClusterConfig", serving_namespace: str, domain_nodes: int) -> None:
+    """A provided ComputeDomain only in existing mode, in the graph's namespace, no larger than one NVLink domain."""
+    provided = cluster.compute_domain.provided
+    if provided is None:
+        return
+    key = "kimi-k3:cluster.computeDomain.provided"
+    if cluster.mode != "existing":
+        raise ConfigError(
+            f"{key}: a provider's ComputeDomain is adopted only in kimi-k3:cluster.mode existing (mode is "
+            f"{cluster.mode!r}, where the graph creates its own); allowed: mode existing, or remove {key}"
+        )
+    if provided.namespace != serving_namespace:
+        # cmd/compute-domain-kubelet-plugin/computedomain.go AssertComputeDomainNamespace (NVIDIA/k8s-dra-driver-gpu)
+        raise ConfigError(
+            f"{key}.namespace = {provided.namespace!r}: the graph runs in kimi-k3:serving.namespace = "
+            f"{serving_namespace!r}, and the DRA driver refuses a channel claim from a namespace other than the "
+            f"ComputeDomain's; allowed: {serving_namespace!r}, or set kimi-k3:serving.namespace to "
+            f"{provided.namespace!r}"
+        )
+    if provided.nodes > domain_nodes:
+        raise ConfigError(
+            f"{key}.nodes = {provided.nodes}: one ComputeDomain is one IMEX domain inside one NVLink domain of at "
+            f"most {domain_nodes} nodes on this platform (recipes/facts/platforms.yaml); allowed: 1 to {domain_nodes}"
+        )
+
+
 class ClusterConfig(Strict):
     """`kimi-k3:cluster`: where the Kubernetes objects go."""
 
@@ -158,6 +224,7 @@ class ClusterConfig(Strict):
         "EKS, nodes, NAT, add-ons and the graph are deleted by the next `up` (`make park`), and "
         "come back onto the same weights when this is false again (docs/aws.md, Teardown)",
     )
+    compute_domain: ComputeDomainConfig = Field(default_factory=ComputeDomainConfig, alias="computeDomain")
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig, alias="systemNodes")
     gpu_nodes: GpuNodesConfig = Field(default_factory=GpuNodesConfig, alias="gpuNodes")
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 from kimi_k3.aws.nodes import efa_devices_per_node
 from kimi_k3.config.base import ConfigError, FlagValue
+from kimi_k3.config.cluster import check_provided_compute_domain
 from kimi_k3.config.stack import StackConfig
 from kimi_k3.data import recipe_file
 from kimi_k3.facts.aws import load_aws_facts
@@ -16,7 +17,7 @@ from kimi_k3.facts.images import NODE_ARCHES, image_facts, image_tag, kube_arch,
 from kimi_k3.facts.platforms import load_platforms
 from kimi_k3.graph.compile_cache import compile_cache_env, compile_cache_key
 from kimi_k3.graph.kv_transport import _kv_over_efa, choose_kv_transport
-from kimi_k3.graph.model import Frontend, Role, ServingGraph
+from kimi_k3.graph.model import Frontend, ProvidedDomain, Role, ServingGraph
 from kimi_k3.graph.recipe import (
     DERIVED_FRONTEND_FLAGS,
     DERIVED_WORKER_FLAGS,
@@ -128,12 +129,28 @@ def _check_image_arch(image: str, arches: set[str], key: str, where: str) -> tup
     return tuple(sorted(usable))
 
 
+def _provided_domain(cfg: StackConfig, nodes: int) -> Optional[ProvidedDomain]:
+    """The provider's ComputeDomain, if the stack names one: every role claims it (KV over NVLink: the transport
+    sees the domain's nodes as its NVLink domain), so all must fit inside."""
+    p = cfg.cluster.compute_domain.provided
+    if p is None:
+        return None
+    if nodes > p.nodes:
+        raise ConfigError(
+            f"kimi-k3:cluster.computeDomain.provided.nodes = {p.nodes}: the graph's roles take {nodes} GPU nodes, "
+            "and every one claims the provided ComputeDomain's channel; allowed: fewer replicas "
+            f"(kimi-k3:serving.pdRatio / roles.<role>.replicas), or a domain of {nodes} nodes or more"
+        )
+    return ProvidedDomain(p.name, p.namespace, p.channel_template, p.nodes)
+
+
 def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     recipe = load_recipe(cfg.recipe)
     # One name whatever the recipe: a DynamoGraphDeployment whose name changes is replaced, not patched, and the
     # operator then starts a second worker generation beside the first (ai-dynamo/dynamo#13495).
     name = GRAPH_NAME
     platform = load_platforms()[recipe.platform]
+    check_provided_compute_domain(cfg.cluster, cfg.serving.namespace, platform.nvlink_domain_nodes)
     unknown = sorted(set(cfg.serving.roles) - set(recipe.roles))
     if unknown:
         raise ConfigError(
@@ -149,16 +166,18 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         over = cfg.serving.roles.get(key)
         util = over.gpu_memory_utilization if over and over.gpu_memory_utilization else rr.gpu_memory_utilization
         topology[key] = role_topology(key, rr, over, platform, util, recipe.kv_cache_dtype, recipe.max_model_len)
-    transport, transport_reason = choose_kv_transport(
-        recipe, cfg, platform, image, {key: nodes * replicas[key] for key, (_, nodes) in topology.items()}
-    )
+    role_nodes = {key: nodes * replicas[key] for key, (_, nodes) in topology.items()}
+    provided = _provided_domain(cfg, sum(role_nodes.values()))
+    transport, transport_reason = choose_kv_transport(recipe, cfg, platform, image, role_nodes)
+    if provided is not None and transport != "nvlink":  # one IMEX domain for all: KV stays on NVLink
+        raise ConfigError(f"kimi-k3:cluster.computeDomain.provided: KV would leave NVLink ({transport_reason})")
     efa = efa_devices_per_node(cfg, platform.name) if transport == "efa" else 0
     if transport == "efa" and not efa:
         raise ConfigError(
             f"kimi-k3:cluster.efaDevicesPerNode: KV moves over EFA ({transport_reason}) but the GPU "
             "nodes offer no EFA devices; set it (existing clusters) or use eks mode"
         )
-    shared_domain = transport == "nvlink" and len(recipe.roles) > 1
+    shared_domain = provided is not None or (transport == "nvlink" and len(recipe.roles) > 1)
     # No pod may land where its image cannot run: workers on the GPU nodes' arch, the frontend in the workers'
     # zone (eks: only the GPU nodes are there), the download Job on what its image is built for (eks: system nodes).
     gpu_arch = {kube_arch(platform.arch)}
@@ -326,6 +345,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         kv_transport_reason=transport_reason,
         download_arch=download_arch,
         side_arch=tuple(sorted(side_arches)),
+        provided_compute_domain=provided,
     )
     if (
         cfg.serving.autoscaling.enabled

@@ -26,7 +26,12 @@ def _kv_over_efa(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
 
 
 def nvlink_domain_nodes(cfg: StackConfig, platform: Platform) -> tuple[int, str]:
-    """Nodes one NVLink domain holds where the graph runs, and why: on EKS one UltraServer."""
+    """Nodes one NVLink domain holds where the graph runs, and why: on EKS one UltraServer; with a provided
+    ComputeDomain, the nodes it spans (every role claims it)."""
+    provided = cfg.cluster.compute_domain.provided
+    if provided is not None:
+        n = provided.nodes
+        return n, f"the provided ComputeDomain {provided.namespace}/{provided.name} ({n} nodes)"
     if cfg.cluster.mode == "eks":
         n = cfg.cluster.gpu_nodes.ultra_server_nodes
         return n, f"one UltraServer of kimi-k3:cluster.gpuNodes.ultraServerNodes = {n} instances"

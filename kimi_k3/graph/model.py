@@ -59,6 +59,20 @@ class Role:
 
 
 @dataclass(frozen=True)
+class ProvidedDomain:
+    """A ComputeDomain the provider made (kimi-k3:cluster.computeDomain.provided): claimed, never created."""
+
+    name: str
+    namespace: str
+    channel_template: str  # its spec.channel.resourceClaimTemplate.name
+    nodes: int  # GPU nodes it spans (stated in the stack, checked against spec.numNodes at `up`)
+
+    @property
+    def id(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
 class Frontend:
     component: str
     replicas: int
@@ -101,6 +115,8 @@ class ServingGraph:
     side_arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch of the nodes controllers run on (eks: system nodes)
     autoscaling: Any = None  # kimi_k3.graph.autoscaling.Autoscaling when the SLA planner owns worker replicas
     engine: str = "vllm"  # vllm | sglang (recipe `engine`): the workers' module and the DGD's backendFramework
+    # existing mode: the provider's ComputeDomain every role claims (None: the graph creates its own)
+    provided_compute_domain: Optional[ProvidedDomain] = None
 
     @property
     def gpus(self) -> int:

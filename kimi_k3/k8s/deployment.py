@@ -30,10 +30,14 @@ ZONE_LABEL = "topology.kubernetes.io/zone"  # well-known label; kubelet/cloud pr
 
 
 def compute_domain_name(graph: ServingGraph, role: Role) -> str:
+    if graph.provided_compute_domain is not None:  # the provider's, claimed by every role
+        return graph.provided_compute_domain.name
     return f"{graph.name}-{role.compute_domain}"
 
 
 def channel_template_name(graph: ServingGraph, role: Role) -> str:
+    if graph.provided_compute_domain is not None:
+        return graph.provided_compute_domain.channel_template
     return f"{compute_domain_name(graph, role)}-channel"
 
 
@@ -281,9 +285,25 @@ def graph_deployment(graph: ServingGraph) -> Obj:
                 "kimi-k3.io/recipe": graph.recipe,
                 "kimi-k3.io/gpus": str(graph.gpus),
                 "kimi-k3.io/nodes": str(graph.nodes),
+                **provided_domain_annotations(graph),
             },
         ),
         "spec": {"backendFramework": graph.engine, "components": _components(graph)},
+    }
+
+
+PROVIDED_DOMAIN_ANNOTATION = "kimi-k3.io/provided-compute-domain"  # namespace/name: the rules read it
+
+
+def provided_domain_annotations(graph: ServingGraph) -> dict[str, str]:
+    """The assumption a graph on a provider's ComputeDomain rests on, stated on the graph (none otherwise)."""
+    p = graph.provided_compute_domain
+    if p is None:
+        return {}
+    return {
+        PROVIDED_DOMAIN_ANNOTATION: p.id,
+        f"{PROVIDED_DOMAIN_ANNOTATION}-channel": p.channel_template,
+        f"{PROVIDED_DOMAIN_ANNOTATION}-nodes": str(p.nodes),
     }
 
 

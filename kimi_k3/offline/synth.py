@@ -180,12 +180,23 @@ def _object_key(obj: dict[str, Any]) -> tuple:
     return order, kind, meta.get("namespace", ""), meta.get("name", "")
 
 
-def render_config(stack: str, config: dict[str, str], secret_keys: set[str], root: Path | None = None) -> Rendered:
-    """Run the program with this config under the mock engine and collect what it registers."""
+def render_config(
+    stack: str,
+    config: dict[str, str],
+    secret_keys: set[str],
+    root: Path | None = None,
+    cluster: dict[str, dict[str, Any]] | None = None,
+) -> Rendered:
+    """Run the program with this config under the mock engine and collect what it registers.
+
+    What the program reads from the cluster (a provided ComputeDomain) is what the stack says is there, or, given
+    `cluster` ({type token: {namespace/name: object}}), that object ({} where absent)."""
     import pulumi
     from pulumi.runtime import mocks, settings
     from pulumi.runtime import stack as runtime_stack
     from pulumi.runtime.sync_await import _sync_await
+
+    from kimi_k3.k8s import provided_domain
 
     root = root or project_root()
     records: list[dict[str, Any]] = []
@@ -193,6 +204,11 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
 
     class Mocks(pulumi.runtime.Mocks):
         def new_resource(self, args):
+            if args.resource_id:  # a read of an existing object (never registered, never rendered)
+                if cluster is not None:
+                    return args.resource_id, dict(cluster.get(args.typ, {}).get(args.resource_id, {}))
+                if args.typ == provided_domain.TYPE:
+                    return args.resource_id, provided_domain.assumed_from_config(config, args.resource_id)
             # Outputs echo inputs, plus placeholders for the few computed outputs the program reads
             # (EKS endpoint/CA/cluster security group, launch template version, FSx DNS/mount names).
             computed = {**COMPUTED_PLACEHOLDERS.get(args.typ, {}), **AUTONAMED.get(args.typ, lambda n: {})(args.name)}
@@ -257,6 +273,7 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
             )
         )
     except pulumi.RunError as err:
+        _drain()
         raise RenderError(str(err), [r["urn"] for r in records]) from None
     finally:
         os.chdir(cwd)
@@ -275,6 +292,25 @@ def render_config(stack: str, config: dict[str, str], secret_keys: set[str], roo
         outputs=outputs,
         blueprint=program.get("blueprint"),
     )
+
+
+def _drain() -> None:
+    """Cancel what a run that failed mid-way left pending (registrations waiting on the failed check), so the
+    next run in this process starts from an empty loop, not with the last one's tasks."""
+    import asyncio
+
+    loop = asyncio.get_event_loop()
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    from pulumi.runtime import settings
+
+    # Else the next run raises this one's exception again: its first unhandled one, and its failed outputs' tasks.
+    settings._get_rpc_manager().clear()
+    with settings.SETTINGS.lock:
+        settings.SETTINGS.outputs.clear()
 
 
 def render_stack(stack: str, root: Path | None = None, stack_file: StackFile | None = None) -> Rendered:

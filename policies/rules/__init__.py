@@ -63,6 +63,7 @@ from policies.rules.model_path import (
 from policies.rules.observability import check_alerts_match_metric_units, check_smoke_probe_spans_kv_block
 from policies.rules.placement import check_frontend_in_workers_zone
 from policies.rules.portability import check_images_pullable, check_no_dev_mode_server, check_no_hard_coded_clique
+from policies.rules.provided_domain import check_nvlink_roles_in_provided_domain
 from policies.rules.qos import check_serving_containers_request_resources
 from policies.rules.safety import (
     check_graph_await_reports_failure,
@@ -216,6 +217,13 @@ RULES: tuple[Rule, ...] = (
         "Prefill and decode that hand KV over NVLink claim one "
         "ComputeDomain (one IMEX domain) and, where pinned, one NVLink clique.",
         check_nvlink_kv_roles_share_compute_domain,
+    ),
+    _rule(
+        "nvlink-roles-in-provided-compute-domain",
+        "On a provider's ComputeDomain, every role moving KV or its TP group over NVLink claims "
+        "that domain's channel in its namespace, and the stack creates no ComputeDomain of its own.",
+        check_nvlink_roles_in_provided_domain,
+        scope="stack",
     ),
     _rule(
         "kv-transport-consistent",

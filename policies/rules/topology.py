@@ -29,6 +29,7 @@ from policies.rules.base import (
     target_of,
     workers,
 )
+from policies.rules.provided_domain import provided_channel_templates
 
 
 def check_tp_spans_whole_nodes(obj: Mapping, ctx: Context) -> Iterator[Result]:
@@ -70,7 +71,7 @@ def check_multinode_claims_compute_domain(objects: Sequence[Mapping], ctx: Conte
         ((o.get("spec") or {}).get("channel") or {}).get("resourceClaimTemplate", {}).get("name")
         for o in objects
         if _is(o, "ComputeDomain")
-    }
+    } | provided_channel_templates(objects)  # a provider's, read from the cluster at `up`
     for obj in objects:
         for comp in components(obj):
             if node_count(comp) < 2:
