@@ -73,6 +73,30 @@ class Frontend:
 
 
 @dataclass(frozen=True)
+class DeviceClaim:
+    """A DRA claim every GPU pod makes besides its ComputeDomain channel (e.g. GKE DRANET's RDMA NICs)."""
+
+    name: str  # the pod's claim name (resourceClaims[].name, containers[].resources.claims[].name)
+    template: str  # the ResourceClaimTemplate the cloud side creates in the graph's namespace
+    device_class: str
+    count: int
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What a cloud tells the graph about its GPU nodes (docs/architecture.md, "A cloud hands the graph ..."):
+    labels every GPU pod selects, DRA devices every GPU pod claims, what a pod mounting the weights needs, and the
+    service accounts of the weights' writer and readers. Empty (the default) on EKS, existing and render."""
+
+    gpu_node_labels: tuple[tuple[str, str], ...] = ()
+    gpu_pod_annotations: tuple[tuple[str, str], ...] = ()  # e.g. GKE multi-networking's pod interfaces (A4X)
+    device_claims: tuple[DeviceClaim, ...] = ()
+    weights_pod_annotations: tuple[tuple[str, str], ...] = ()
+    fetcher_service_account: str = ""
+    worker_service_account: str = ""
+
+
+@dataclass(frozen=True)
 class ServingGraph:
     stack: str
     recipe: str
@@ -99,6 +123,7 @@ class ServingGraph:
     download_arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch values the download image runs on
     side_arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch of the nodes controllers run on (eks: system nodes)
     autoscaling: Any = None  # kimi_k3.graph.autoscaling.Autoscaling when the SLA planner owns worker replicas
+    node_facts: NodeFacts = NodeFacts()  # the cloud's GPU node facts (kimi_k3/gcp/ in gke mode)
 
     @property
     def gpus(self) -> int:
