@@ -131,7 +131,7 @@ class GkeCluster(pulumi.ComponentResource):
             opts=child,
         )
         network_config: dict = {}
-        gpu_deps: list[pulumi.Resource] = [self.system_nodes]
+        gpu_deps: list[pulumi.Resource] = [self.system_nodes]  # GKE runs one node-pool operation at a time per cluster
         if p.dranet:
             network_config = {"accelerator_network_profile": m["network_profile"]}
         else:

@@ -37,10 +37,13 @@ def _pinned(spec: Mapping, key: str) -> Optional[set]:
     return set().union(*per_term) if per_term and all(per_term) else None
 
 
-def _bound_for_a4x_max(spec: Mapping, labels: Mapping, machine: Mapping) -> bool:
+def _bound_for_a4x_max(spec: Mapping, labels: Mapping, machine: Mapping, a4x_max_pool: bool) -> bool:
+    """Pinned to A4X Max by node label, or (the stack has an A4X Max GPU pool) a pod that requests GPUs."""
     types = _pinned(spec, labels["instance_type"]) or set()
     accels = _pinned(spec, labels["accelerator"]) or set()
-    return "a4x-maxgpu-4g-metal" in types or machine["accelerator"] in accels
+    if "a4x-maxgpu-4g-metal" in types or machine["accelerator"] in accels:
+        return True
+    return a4x_max_pool and any(gpus(c) for c in all_containers(spec))
 
 
 def check_a4x_max_pods_schedule(objects: Sequence[Mapping], ctx: Context) -> Iterator[Result]:
@@ -55,9 +58,11 @@ def check_a4x_max_pods_schedule(objects: Sequence[Mapping], ctx: Context) -> Ite
             for r in (((o.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or []
         )
     }
+    # The stack's own GPU pool (Pulumi resources, when known) says where its GPU pods land.
+    a4x_max_pool = any(r.gpu_machine_type == "a4x-maxgpu-4g-metal" for r in ctx.resources or [])
     for obj in objects:
         for where, spec in pod_specs(obj):
-            if not _bound_for_a4x_max(spec, labels, machine):
+            if not _bound_for_a4x_max(spec, labels, machine, a4x_max_pool):
                 continue
             if machine["network_profile"] not in (_pinned(spec, profile_key) or set()):
                 yield Finding(

@@ -12,6 +12,7 @@ from conftest import ROOT, assert_one_clear_error, by_kind
 from kimi_k3.config.stack_files import read_stack_config
 from kimi_k3.offline.synth import render_stack
 from policies.rules import RULES, Context, evaluate
+from policies.rules.base import resource_info
 
 GKE = ("gke-gb300-disagg", "gke-gb200")
 RULE = next(r for r in RULES if r.name == "a4x-max-pods-schedule")
@@ -20,6 +21,12 @@ RULE = next(r for r in RULES if r.name == "a4x-max-pods-schedule")
 @pytest.fixture(scope="module")
 def gke_rendered():
     return {s: render_stack(s, ROOT) for s in GKE}
+
+
+def ctx(r):
+    """The rule's context as `pulumi preview` gives it: the stack's resources (its GPU pool among them)."""
+    infos = [resource_info(x["type"], x["name"], x["inputs"], x["protect"], x["retainOnDelete"]) for x in r.resources]
+    return Context(resources=infos)
 
 
 def one(r, type_, suffix=""):
@@ -88,7 +95,7 @@ def test_workers_read_only_fetcher_writes(gke_rendered):
 
 def test_rule_passes_our_gke_stacks(gke_rendered):
     for s in GKE:
-        violations, _ = evaluate(RULE, gke_rendered[s].objects, Context())
+        violations, _ = evaluate(RULE, gke_rendered[s].objects, ctx(gke_rendered[s]))
         assert violations == [], (s, violations)
 
 
@@ -108,7 +115,24 @@ def test_rule_fails_the_old_form(gke_rendered, strip):
             spec["containers"][0]["resources"]["claims"] = [{"name": "compute-domain-channel"}]
     violations, _ = evaluate(RULE, objects, Context())
     assert len(violations) == 2, violations
+    # With the stack's resources the rule knows the pool; the same objects fail there too.
+    assert len(evaluate(RULE, objects, ctx(gke_rendered["gke-gb300-disagg"]))[0]) == 2
     assert ("accelerator-network-profile" if strip == "selector" else "mrdma.google.com") in violations[0].message
+
+
+def test_rule_fails_the_graph_built_without_node_facts(gke_rendered):
+    """The oldest form: the EKS-shaped graph (no selector, no claim, no instance-type pin) on an A4X Max pool."""
+    from kimi_k3.graph.model import NodeFacts
+    from kimi_k3.k8s.deployment import graph_deployment
+
+    r = gke_rendered["gke-gb300-disagg"]
+    from dataclasses import replace
+
+    bare = graph_deployment(replace(r.blueprint.graph, node_facts=NodeFacts()))
+    violations, _ = evaluate(RULE, [bare], ctx(r))
+    messages = " ".join(v.message for v in violations)
+    assert "accelerator-network-profile" in messages and "mrdma.google.com" in messages, violations
+    assert evaluate(RULE, [bare], Context())[0] == [], "manifests alone do not say the pool: only the pins do"
 
 
 def test_a4x_max_pool_needs_a_sub_block():
