@@ -155,6 +155,7 @@ def stack_plan_of(
             source=cfg.pricing.source,
             as_of=cfg.pricing.as_of,
             billed_instances=billed,
+            **({"billed_as": "GKE reservation"} if gke_nodes is not None else {}),
         )
     )
     fsx = cfg.storage.fsx  # the stack's filesystem size and tier set its aggregate throughput
