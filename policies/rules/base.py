@@ -79,7 +79,6 @@ class ResourceInfo:
     retain_on_delete: Optional[bool]
     gpu_pool_nodes: Optional[int] = None  # max size of an EKS node group running the NVIDIA AMI
     aws_inputs: Optional[Mapping[str, Any]] = field(default=None, hash=False, compare=False)  # aws:* resources only
-    gpu_machine_type: Optional[str] = None  # a GKE GPU pool's machine type (policies/rules/gke.py)
 
 
 @dataclass(frozen=True)
@@ -388,12 +387,6 @@ def resource_info(
             pool = int(pool) if pool is not None and float(pool).is_integer() else None
         except (TypeError, ValueError):
             pool = None
-    node = props.get("nodeConfig") if type_token == "gcp:container/nodePool:NodePool" else None
-    machine = None
-    if isinstance(node, Mapping) and node.get("guestAccelerators"):  # a GKE GPU pool: its fixed node count
-        count = props.get("nodeCount")
-        pool = int(count) if isinstance(count, (int, float)) and float(count).is_integer() else None
-        machine = node.get("machineType") if isinstance(node.get("machineType"), str) else None
     return ResourceInfo(
         type_token,
         name,
@@ -401,6 +394,5 @@ def resource_info(
         protect,
         retain_on_delete,
         pool,
-        plain(props) if type_token.startswith("aws:") else None,
-        machine,
+        plain(props) if type_token.startswith(("aws:", "gcp:container/nodePool:")) else None,  # GKE pools: gke_pool.py
     )

@@ -5,6 +5,7 @@ from typing import Iterator, Mapping, Optional, Sequence
 
 from kimi_k3.data import recipe_file
 from policies.rules.base import Context, Finding, Result, all_containers, gpus, pod_specs, target_of
+from policies.rules.gke_pool import gke_gpu_pool
 
 
 def _facts() -> tuple[dict, dict]:
@@ -59,7 +60,9 @@ def check_a4x_max_pods_schedule(objects: Sequence[Mapping], ctx: Context) -> Ite
         )
     }
     # The stack's own GPU pool (Pulumi resources, when known) says where its GPU pods land.
-    a4x_max_pool = any(r.gpu_machine_type == "a4x-maxgpu-4g-metal" for r in ctx.resources or [])
+    a4x_max_pool = any(
+        gke_gpu_pool(r.type, r.aws_inputs or {})[1] == "a4x-maxgpu-4g-metal" for r in ctx.resources or []
+    )
     for obj in objects:
         for where, spec in pod_specs(obj):
             if not _bound_for_a4x_max(spec, labels, machine, a4x_max_pool):

@@ -13,6 +13,7 @@ from kimi_k3.config.stack import parse_stack_config
 from kimi_k3.config.stack_files import read_stack_config
 from kimi_k3.gcp import plan as gke
 from policies.rules.base import resource_info
+from policies.rules.gke_pool import gke_gpu_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,6 +112,7 @@ def test_recipe_larger_than_the_nvlink_domain_is_refused():
 
 def test_gke_gpu_pool_size_reaches_graph_fits_node_pool():
     gpu = {"nodeCount": 6.0, "nodeConfig": {"guestAccelerators": [{"type": "nvidia-gb300", "count": 4}]}}
-    assert resource_info("gcp:container/nodePool:NodePool", "gpu", gpu, False, None).gpu_pool_nodes == 6
+    info = resource_info("gcp:container/nodePool:NodePool", "gpu", gpu, False, None)
+    assert gke_gpu_pool(info.type, info.aws_inputs) == (6, None)
     system = {"nodeCount": 2.0, "nodeConfig": {"machineType": "n2-standard-16"}}
-    assert resource_info("gcp:container/nodePool:NodePool", "sys", system, False, None).gpu_pool_nodes is None
+    assert gke_gpu_pool("gcp:container/nodePool:NodePool", system) == (None, None)
