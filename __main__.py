@@ -11,6 +11,8 @@ from pulumi.runtime import settings as runtime_settings
 from components.aws.cluster import GpuCluster, GpuClusterArgs
 from components.aws.storage import ModelStorage, ModelStorageArgs
 from components.cluster import Cluster, ClusterArgs
+from components.gcp.cluster import GkeCluster, GkeClusterArgs
+from components.gcp.storage import GkeWorkloads, GkeWorkloadsArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.platform import Addons, AddonsArgs
@@ -22,6 +24,7 @@ from kimi_k3.blueprint import Blueprint
 from kimi_k3.config import stack
 from kimi_k3.config.stack_files import in_stack_file
 from kimi_k3.errors import UserError
+from kimi_k3.gcp import plan as gke_plan
 from kimi_k3.k8s import monitoring, node_local
 
 # Ctrl-C reaches every process of the terminal's group: the CLI cancels the update and ends this program itself,
@@ -58,6 +61,9 @@ if eks_mode:
             cfg.cluster, gpu_plan, list(blueprint.subnets), graph.platform.name, blueprint.endpoint, parked=parked
         ),
     )
+gke = None
+if blueprint.gke_nodes is not None:  # gke mode: the same seam as eks (a kubeconfig, a storage class, node facts)
+    gke = GkeCluster("kimi-k3-gke", GkeClusterArgs(cfg, blueprint.gke_nodes))
 if parked:
     pulumi.export("parked", True)
     pulumi.export("gpus", 0)
@@ -84,14 +90,15 @@ if parked:
         if kept.bucket_name is not None:
             pulumi.export("weightsBucket", kept.bucket_name)
 else:
-    cluster = Cluster(
-        "kimi-k3-cluster", ClusterArgs(cfg.cluster, graph, eks.kubeconfig if eks else settings.get_secret("kubeconfig"))
-    )
+    kubeconfig = eks.kubeconfig if eks else gke.kubeconfig if gke else settings.get_secret("kubeconfig")
+    cluster = Cluster("kimi-k3-cluster", ClusterArgs(cfg.cluster, graph, kubeconfig))
     k8s_only = pulumi.ResourceOptions(providers=[cluster.provider])
 
     # Controllers and the download Job run on the system nodes; nothing here waits for the GPU node group.
     # (and the cluster's network add-ons: pod IPs, Service routing, DNS).
-    system_nodes = [eks.system_nodes, *eks.network_addons] if eks else []
+    system_nodes = [eks.system_nodes, *eks.network_addons] if eks else [gke.system_nodes, gke.nat] if gke else []
+    gpu_pool = [eks.gpu_nodes] if eks else [gke.gpu_nodes] if gke else []
+    system_labels = aws.SYSTEM_LABELS if eks else gke_plan.SYSTEM_LABELS if gke else None
 
     # Storage: a protected bucket or filesystem + static PV (eks), or an existing ReadWriteMany class.
     # Storage kind s3: a retained bucket that EC2 fetchers fill from the Hub from t=0, independent of the cluster.
@@ -128,6 +135,16 @@ else:
             provider=cluster.provider,
         )
         storage_class, storage_ready = storage.storage_class, storage.ready
+    if gke:  # the bucket (GCS FUSE PV, static binding), its IAM, the compile cache, the RDMA claim or networks
+        storage = GkeWorkloads(
+            "kimi-k3-gcp",
+            GkeWorkloadsArgs(cfg, graph, blueprint.gke_nodes, cache_gi, getattr(gke, "rdma_subnets", ())),
+            cluster.provider,
+            cluster.namespace,
+            opts=pulumi.ResourceOptions(depends_on=[gke.cluster]),
+        )
+        storage_class = "" if storage_kind == "gcs" else storage_class
+        storage_ready = storage.ready
     platform = Addons("kimi-k3-platform", AddonsArgs(addons, wait_for=system_nodes), opts=k8s_only)
     cache = ModelCache(
         "kimi-k3-model-cache",
@@ -142,7 +159,7 @@ else:
                 storage and (storage_kind == "s3" or (storage_kind == "fsx-lustre" and cfg.storage.fsx.s3_import_path))
             ),
             wait_for=[cluster.namespace, *storage_ready, *system_nodes],
-            node_selector=aws.SYSTEM_LABELS if eks else None,
+            node_selector=system_labels,
             wait_seconds=cfg.serving.download_timeout_seconds if storage and storage_kind == "s3" else 0,
         ),
         opts=k8s_only,
@@ -157,21 +174,21 @@ else:
             platform_ready=[cluster.namespace, *operators],
             workers_ready=[
                 cache.download,
-                *([eks.gpu_nodes] if eks else []),
+                *gpu_pool,
                 *(storage.compile_cache_ready if storage else []),
             ],
             preflight=cfg.serving.preflight,
-            nodes_ready=[eks.gpu_nodes] if eks else [],
-            gpu_nodes_ready=[cluster.namespace, *([eks.gpu_nodes] if eks else [])],
-            gpu_node_selector=aws.gpu_node_labels(graph.platform.name) if eks else None,
-            smoke_test=SmokeTestArgs(cfg.model.download_image, aws.SYSTEM_LABELS if eks else None)
-            if cfg.serving.smoke_test
+            nodes_ready=gpu_pool,
+            gpu_nodes_ready=[cluster.namespace, *gpu_pool],
+            gpu_node_selector=aws.gpu_node_labels(graph.platform.name)
+            if eks
+            else {**gke_plan.gpu_node_labels(blueprint.gke_nodes), **dict(graph.node_facts.gpu_node_labels)}
+            if gke
             else None,
+            smoke_test=SmokeTestArgs(cfg.model.download_image, system_labels) if cfg.serving.smoke_test else None,
             watch_image=cfg.model.download_image,
-            node_selector=aws.SYSTEM_LABELS if eks else None,
-            benchmark=BenchmarkArgs(cfg.serving.benchmark, aws.SYSTEM_LABELS if eks else None)
-            if cfg.serving.benchmark.enabled
-            else None,
+            node_selector=system_labels,
+            benchmark=BenchmarkArgs(cfg.serving.benchmark, system_labels) if cfg.serving.benchmark.enabled else None,
             weights_ready=[cache.download, *storage_ready],
             provided_domain=cluster.provided_domain,
         ),
@@ -230,7 +247,18 @@ else:
                 "reservationNodes": gpu_plan.max_nodes,
             },
         )
-    if storage:
+    if gke:
+        pulumi.export("kubeconfig", gke.kubeconfig)  # secret
+        pulumi.export("clusterName", gke.cluster.name)
+        pulumi.export(
+            "gpuNodes",
+            {
+                "machineType": blueprint.gke_nodes.machine_type,
+                "nodes": blueprint.gke_nodes.nodes,
+                "reservationNodes": blueprint.gke_nodes.reservation_nodes,
+            },
+        )
+    if storage and not gke:
         pulumi.export("filesystemId", storage.filesystem_id)
     if storage and storage.bucket_name is not None:
         pulumi.export("weightsBucket", storage.bucket_name)

@@ -17,6 +17,7 @@ from kimi_k3.config.stack_files import StackError, in_stack_file, read_stack_con
 from kimi_k3.errors import UserError
 from kimi_k3.facts import model
 from kimi_k3.facts import platforms as facts_platforms
+from kimi_k3.gcp import plan as gke
 from kimi_k3.graph import durations
 from kimi_k3.graph.build import build_graph, cache_size_gi
 from kimi_k3.graph.model import ServingGraph
@@ -43,6 +44,7 @@ class Blueprint:
     addons: tuple[AddonSpec, ...]
     plan: planner.StackPlan  # memory per role, cold start, cost (what `kimi-k3 plan STACK` prints)
     durations: durations.Estimates  # the critical path's step estimates
+    gke_nodes: Optional[gke.GkeNodePlan] = None  # gke mode: the GPU node pool, checked against the reservation
 
     @property
     def eks(self) -> bool:
@@ -69,6 +71,10 @@ class Blueprint:
             subnets = tuple(aws_cluster.subnet_plan(cfg))
             endpoint = aws_cluster.endpoint_access(cfg.cluster)
             aws_storage.check_storage(cfg, cache_gi)
+        gke_nodes = None
+        if cfg.cluster.mode == "gke":  # the cloud hands the graph its node facts (docs/architecture.md)
+            gke_nodes = gke.gpu_node_plan(cfg, graph.platform.name, graph.nodes)
+            graph = replace(graph, node_facts=gke.node_facts(gke_nodes, cfg.storage.resolved_kind == "gcs"))
         addons = tuple(
             addon_specs(cfg, gpu_nodes.instance.name if gpu_nodes else None, kv_over_efa=graph.kv_transport == "efa")
         )
@@ -95,8 +101,9 @@ class Blueprint:
             subnets=subnets,
             endpoint=endpoint,
             addons=addons,
-            plan=stack_plan_of(cfg, graph, gpu_nodes),
+            plan=stack_plan_of(cfg, graph, gpu_nodes, gke_nodes),
             durations=durations.estimates(cfg, graph),
+            gke_nodes=gke_nodes,
         )
 
     @classmethod
@@ -116,11 +123,18 @@ class Blueprint:
             raise StackError(in_stack_file(name, err)) from None
 
 
-def stack_plan_of(cfg: StackConfig, graph: ServingGraph, gpu_nodes: Optional[aws.GpuNodePlan]) -> planner.StackPlan:
+def stack_plan_of(
+    cfg: StackConfig,
+    graph: ServingGraph,
+    gpu_nodes: Optional[aws.GpuNodePlan],
+    gke_nodes: Optional[gke.GkeNodePlan] = None,
+) -> planner.StackPlan:
     """A stack's memory, cold-start and cost plan from its typed config, graph and GPU node plan (eks mode)."""
     roles = role_specs(graph)
     # A Capacity Block is paid whole: the reservation's instances, used or not.
     billed = gpu_nodes.max_nodes if gpu_nodes is not None and gpu_nodes.capacity_block else None
+    if gke_nodes is not None:  # a GKE reservation (sub-block) is paid whole as well
+        billed = gke_nodes.reservation_nodes
     pricing = (
         None
         if cfg.pricing is None
@@ -130,6 +144,7 @@ def stack_plan_of(cfg: StackConfig, graph: ServingGraph, gpu_nodes: Optional[aws
             source=cfg.pricing.source,
             as_of=cfg.pricing.as_of,
             billed_instances=billed,
+            **({"billed_as": "GKE reservation"} if gke_nodes is not None else {}),
         )
     )
     fsx = cfg.storage.fsx  # the stack's filesystem size and tier set its aggregate throughput

@@ -53,7 +53,7 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
             [
                 (
                     "  billed as",
-                    f"one Capacity Block of {stack.pricing.billed_instances} instances; the stack's "
+                    f"one {stack.pricing.billed_as} of {stack.pricing.billed_instances} instances; the stack's "
                     f"{stack.nodes} cost ${stack.used_cost_per_hour_usd:,.2f}",
                 )
             ]
@@ -64,7 +64,7 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
             "$ per million output tokens",
             (
                 f"${per_mtok:,.4f} ("
-                + ("the Capacity Block billed whole" if stack.pricing.billed_instances else "the GPUs used")
+                + (f"the {stack.pricing.billed_as} billed whole" if stack.pricing.billed_instances else "the GPUs used")
                 + ")"
             )
             if per_mtok is not None
@@ -125,7 +125,9 @@ def stack_rows(
     if est is None:
         return [("performance", error or "unknown"), ("  aiconfigurator", plan_perf.tool_status())]
     cost = stack.cost_per_hour_usd
-    basis = "Capacity Block billed whole" if stack.pricing and stack.pricing.billed_instances else "GPUs used"
+    basis = (
+        f"{stack.pricing.billed_as} billed whole" if stack.pricing and stack.pricing.billed_instances else "GPUs used"
+    )
     rows = [
         (
             "[performance]",

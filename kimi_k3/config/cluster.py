@@ -8,6 +8,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import Field, field_validator
 
 from kimi_k3.config.base import DNS_LABEL, ConfigError, InstanceType, Strict, Zone, allowed_as
+from kimi_k3.config.gke import GkeConfig
 from kimi_k3.data import recipe_file
 from kimi_k3.errors import did_you_mean
 
@@ -160,9 +161,10 @@ def check_provided_compute_domain(cluster: "ClusterConfig", serving_namespace: s
 class ClusterConfig(Strict):
     """`kimi-k3:cluster`: where the Kubernetes objects go."""
 
-    mode: Literal["eks", "existing", "render"] = Field(
+    mode: Literal["eks", "gke", "existing", "render"] = Field(
         "render",
-        description="`eks`: build VPC, EKS, node groups, storage and add-ons on AWS; "
+        description="`eks`: build VPC, EKS, node groups, storage and add-ons on AWS; `gke`: the same on Google "
+        "Cloud (kimi-k3:cluster.gke); "
         "`existing`: a cluster from kubeconfig/context; `render`: write YAML to renderDir, no cluster",
     )
     context: Optional[str] = Field(
@@ -227,6 +229,7 @@ class ClusterConfig(Strict):
     compute_domain: ComputeDomainConfig = Field(default_factory=ComputeDomainConfig, alias="computeDomain")
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig, alias="systemNodes")
     gpu_nodes: GpuNodesConfig = Field(default_factory=GpuNodesConfig, alias="gpuNodes")
+    gke: GkeConfig = Field(default_factory=GkeConfig, description="gke mode: project, location, network, access")
 
     @field_validator("kubernetes_version")
     @classmethod

@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from kimi_k3.config.base import NAMESPACE, ConfigError, Strict, allowed_as, format_validation_error
 from kimi_k3.config.cluster import ClusterConfig
+from kimi_k3.config.gke import check_gke_modes
 from kimi_k3.config.serving import ServingConfig
 from kimi_k3.config.storage import StorageConfig
 from kimi_k3.data import recipe_file
@@ -222,10 +223,12 @@ def check_modes(cfg: StackConfig) -> None:
             "kimi-k3:storage.storageClass: required when kimi-k3:storage.kind is existing; "
             "allowed: the name of a ReadWriteMany StorageClass"
         )
-    if kind != "existing" and mode != "eks":
+    check_gke_modes(cfg)
+    if kind not in ("existing", "gcs") and mode != "eks":
         raise ConfigError(
             f"kimi-k3:storage.kind = {kind!r}: created by this program only in kimi-k3:cluster.mode eks "
             f"(mode is {mode!r}); allowed here: existing, with kimi-k3:storage.storageClass"
+            + (", or gcs" if mode == "gke" else "")
         )
     if cfg.cluster.parked and mode != "eks":
         raise ConfigError(

@@ -116,6 +116,18 @@ def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
         cluster["publicAccessCidrs"] = [PUBLIC_CIDR_PLACEHOLDER]
         config["kimi-k3:cluster"] = json.dumps(cluster)
         assumed.append(f"kimi-k3:cluster.publicAccessCidrs = [{PUBLIC_CIDR_PLACEHOLDER}]")
+    if isinstance(cluster, dict) and cluster.get("mode") == "gke" and isinstance(cluster.get("gke", {}), dict):
+        gke, seen = dict(cluster.get("gke", {})), []  # per-user values of gke mode (kimi_k3/config/gke.py PER_USER)
+        for key, value in GKE_PLACEHOLDERS.items():
+            head, _, tail = key.partition(".")
+            block = gke.get(head, {}) if tail else gke
+            if isinstance(block, dict) and (tail or head) not in block:
+                block = {**block, (tail or head): value}
+                gke = {**gke, head: block} if tail else block
+                seen.append(f"kimi-k3:cluster.gke.{key} = {value}")
+        if seen:
+            config["kimi-k3:cluster"] = json.dumps({**cluster, "gke": gke})
+            assumed += seen
     try:
         model = json.loads(config.get("kimi-k3:model", "{}"))
     except json.JSONDecodeError:
@@ -124,6 +136,14 @@ def read_stack_config(stack: str, root: Path | None = None) -> StackFile:
         config["kimi-k3:model"] = json.dumps({**model, "revision": REVISION_PLACEHOLDER})
         assumed.append(f"kimi-k3:model.revision = {REVISION_PLACEHOLDER} (no commit pinned: `pulumi up` refuses)")
     return StackFile(config, secrets, assumed)
+
+
+GKE_PLACEHOLDERS: dict = {
+    "project": "placeholder-project",
+    "projectNumber": "123456789012",
+    "gpuNodes.reservation": "placeholder/reservationBlocks/placeholder/reservationSubBlocks/placeholder",
+    "authorizedNetworks": ["192.0.2.0/24"],
+}
 
 
 def in_stack_file(stack: str, err: Exception) -> str:

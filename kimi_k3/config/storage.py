@@ -113,9 +113,10 @@ class EfsConfig(Strict):
 class StorageConfig(Strict):
     """`kimi-k3:storage`: the ReadWriteMany volume that caches the checkpoint."""
 
-    kind: Optional[Literal["s3", "fsx-lustre", "efs", "existing"]] = Field(
+    kind: Optional[Literal["s3", "fsx-lustre", "efs", "gcs", "existing"]] = Field(
         None,
-        description="s3 (default in eks mode: bucket + Mountpoint), fsx-lustre, efs, or existing (a "
+        description="s3 (default in eks mode: bucket + Mountpoint), fsx-lustre, efs, gcs (gke mode: bucket + "
+        "GCS FUSE), or existing (a "
         "storageClass); default: existing when storageClass is set",
     )
     storage_class: Optional[str] = Field(
@@ -141,7 +142,7 @@ class StorageConfig(Strict):
     fsx: FsxConfig = Field(default_factory=FsxConfig)
     efs: EfsConfig = Field(default_factory=EfsConfig)
     s3: S3Config = Field(default_factory=S3Config)
-    compile_cache: Optional[Literal["efs", "none"]] = Field(
+    compile_cache: Optional[Literal["efs", "filestore", "none"]] = Field(
         None,
         alias="compileCache",
         description="shared volume for DeepGEMM/FlashInfer/torch.compile/Triton caches, "
@@ -167,7 +168,11 @@ class StorageConfig(Strict):
 
     def resolved_compile_cache(self, mode: str) -> str:
         """efs (a shared volume of the stack) in eks mode unless turned off; none elsewhere."""
-        return self.compile_cache or ("efs" if mode == "eks" and self.resolved_kind != "existing" else "none")
+        if self.compile_cache:
+            return self.compile_cache
+        if self.resolved_kind == "existing":
+            return "none"
+        return {"eks": "efs", "gke": "filestore"}.get(mode, "none")
 
     def resolved_node_local_weights(self, mode: str) -> bool:
         """Only eks mode knows where the GPU nodes' instance store is mounted (its launch template builds the RAID0)."""

@@ -44,6 +44,8 @@ def weights_backend(cfg: StackConfig) -> platforms.StorageBackend:
         return platforms.load_storage_backends(f.storage_capacity_gib, f.per_unit_storage_throughput)["fsx_lustre"]
     if kind in ("s3", "efs"):
         return platforms.load_storage_backends()[kind]
+    if kind == "gcs":  # an object store read through a FUSE CSI driver, bound by the node's NIC: as s3 (assumption)
+        return platforms.load_storage_backends()["s3"]
     provisioner = cfg.storage.provisioner or ""
     return platforms.load_storage_backends()["efs" if "efs" in provisioner else "fsx_lustre"]
 

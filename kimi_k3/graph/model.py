@@ -88,6 +88,30 @@ class Frontend:
 
 
 @dataclass(frozen=True)
+class DeviceClaim:
+    """A DRA claim every GPU pod makes besides its ComputeDomain channel (e.g. GKE DRANET's RDMA NICs)."""
+
+    name: str  # the pod's claim name (resourceClaims[].name, containers[].resources.claims[].name)
+    template: str  # the ResourceClaimTemplate the cloud side creates in the graph's namespace
+    device_class: str
+    count: int
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What a cloud tells the graph about its GPU nodes (docs/architecture.md, "A cloud hands the graph ..."):
+    labels every GPU pod selects, DRA devices every GPU pod claims, what a pod mounting the weights needs, and the
+    service accounts of the weights' writer and readers. Empty (the default) on EKS, existing and render."""
+
+    gpu_node_labels: tuple[tuple[str, str], ...] = ()
+    gpu_pod_annotations: tuple[tuple[str, str], ...] = ()  # e.g. GKE multi-networking's pod interfaces (A4X)
+    device_claims: tuple[DeviceClaim, ...] = ()
+    weights_pod_annotations: tuple[tuple[str, str], ...] = ()
+    fetcher_service_account: str = ""
+    worker_service_account: str = ""
+
+
+@dataclass(frozen=True)
 class ServingGraph:
     stack: str
     recipe: str
@@ -117,6 +141,7 @@ class ServingGraph:
     engine: str = "vllm"  # vllm | sglang (recipe `engine`): the workers' module and the DGD's backendFramework
     # existing mode: the provider's ComputeDomain every role claims (None: the graph creates its own)
     provided_compute_domain: Optional[ProvidedDomain] = None
+    node_facts: NodeFacts = NodeFacts()  # the cloud's GPU node facts (kimi_k3/gcp/ in gke mode)
 
     @property
     def gpus(self) -> int:

@@ -130,9 +130,13 @@ def _frontend_component(graph: ServingGraph) -> Obj:
         "type": "frontend",
         "replicas": fe.replicas,
         "podTemplate": {
-            "metadata": {"labels": {GRAPH_LABEL: graph.name, **role_labels("frontend")}},
+            "metadata": {
+                "labels": {GRAPH_LABEL: graph.name, **role_labels("frontend")},
+                **weights_pod_metadata(graph),
+            },
             "spec": {
                 **_frontend_placement(graph),
+                **weights_reader(graph),
                 "volumes": [
                     {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": NAMES["pvc"], "readOnly": True}}
                 ],
@@ -161,14 +165,35 @@ def _gpu_group_placement(graph: ServingGraph, role: Role, group_labels: dict[str
     }
     # Nothing in the scheduler keeps a TP group inside one NVLink domain: require a shared clique.
     same_clique = [{"labelSelector": {"matchLabels": group_labels}, "topologyKey": CLIQUE_KEY}]
+    facts = graph.node_facts  # the cloud's: labels GPU pods must select, devices they must claim (empty on EKS)
+    placement: Obj = {"nodeSelector": dict(facts.gpu_node_labels)} if facts.gpu_node_labels else {}
     return {
+        **placement,
         "affinity": {
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": gpu_affinity},
             "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": same_clique},
         },
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "resourceClaims": [{"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_template_name(graph, role)}],
+        "resourceClaims": [{"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_template_name(graph, role)}]
+        + [{"name": c.name, "resourceClaimTemplateName": c.template} for c in facts.device_claims],
     }
+
+
+def weights_pod_metadata(graph: ServingGraph) -> Obj:
+    """Annotations a pod mounting the weights needs on this cloud (GKE: the GCS FUSE sidecar's), else nothing."""
+    ann = dict(graph.node_facts.weights_pod_annotations)
+    return {"annotations": ann} if ann else {}
+
+
+def weights_reader(graph: ServingGraph) -> Obj:
+    """The service account of a pod that reads the weights, where the cloud names one (GKE: Workload Identity)."""
+    sa = graph.node_facts.worker_service_account
+    return {"serviceAccountName": sa} if sa else {}
+
+
+def gpu_claims(graph: ServingGraph) -> list[Obj]:
+    """The container claims of a GPU pod: its ComputeDomain channel, then the cloud's devices (GKE DRANET)."""
+    return [{"name": CHANNEL_CLAIM}] + [{"name": c.name} for c in graph.node_facts.device_claims]
 
 
 def _worker_component(graph: ServingGraph, role: Role) -> Obj:
@@ -180,7 +205,7 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
         "env": _env(role.env),
         "resources": {
             **_resources(role.gpus_per_node, role.cpu, role.memory, role.efa_devices),
-            "claims": [{"name": CHANNEL_CLAIM}],
+            "claims": gpu_claims(graph),
         },
         "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, "readOnly": True}]
         + (
@@ -210,8 +235,10 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
     pod_meta: Obj = {
         "labels": {GRAPH_LABEL: graph.name, NVLINK_GROUP_LABEL: role.nvlink_group, **role_labels(role.key)}
     }
-    if role.pod_annotations:
-        pod_meta["annotations"] = dict(role.pod_annotations)
+    facts = graph.node_facts
+    annotations = dict(role.pod_annotations) | dict(facts.weights_pod_annotations) | dict(facts.gpu_pod_annotations)
+    if annotations:
+        pod_meta["annotations"] = annotations
     component = {
         "name": role.component,
         "type": role.type,
@@ -222,6 +249,7 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
             "metadata": pod_meta,
             "spec": {
                 **_gpu_group_placement(graph, role, {NVLINK_GROUP_LABEL: role.nvlink_group}),
+                **weights_reader(graph),
                 "terminationGracePeriodSeconds": 60,
                 "volumes": _weights_volumes(graph)
                 + (

@@ -129,11 +129,24 @@ def download_job(
             },
             "template": {
                 "metadata": with_config_checksums(
-                    {"labels": {**PART_OF, "app.kubernetes.io/component": "model-download"}},
+                    {
+                        "labels": {**PART_OF, "app.kubernetes.io/component": "model-download"},
+                        # The cloud's weights-mount needs (GKE: the GCS FUSE sidecar), none on EKS.
+                        **(
+                            {"annotations": dict(graph.node_facts.weights_pod_annotations)}
+                            if graph.node_facts.weights_pod_annotations
+                            else {}
+                        ),
+                    },
                     verify_script_config_map(graph),
                 ),
                 "spec": {
                     "restartPolicy": "Never",
+                    **(
+                        {"serviceAccountName": graph.node_facts.fetcher_service_account}
+                        if graph.node_facts.fetcher_service_account
+                        else {}
+                    ),
                     **({"nodeSelector": dict(node_selector)} if node_selector else {}),
                     "affinity": _node_affinity(_arch_requirement(graph.download_arch)),
                     # One container, so the pod status Pulumi reports carries the failing step's log tail

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from kimi_k3.graph.model import Role, ServingGraph
-from kimi_k3.k8s.deployment import _gpu_group_placement, compute_domain_name, runtime_security_context
+from kimi_k3.k8s.deployment import _gpu_group_placement, compute_domain_name, gpu_claims, runtime_security_context
 from kimi_k3.k8s.model_cache import AWAIT_GRACE_SECONDS
 from kimi_k3.k8s.objects import Obj, _env, _meta, _resources, with_config_checksums
-from kimi_k3.names import CHANNEL_CLAIM, PART_OF
+from kimi_k3.names import PART_OF
 from kimi_k3.pods import program_path
 
 PREFLIGHT_SCRIPT = program_path("fabric_preflight.py")
@@ -78,7 +78,7 @@ def preflight_job(graph: ServingGraph, role: Role, min_bus_bandwidth_gbps: float
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": {
             **_resources(role.gpus_per_node, None, None, role.efa_devices),
-            "claims": [{"name": CHANNEL_CLAIM}],
+            "claims": gpu_claims(graph),
         },
         "volumeMounts": [
             {"name": "scripts", "mountPath": "/scripts", "readOnly": True},

@@ -73,6 +73,19 @@ def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
         return est.of("image_pull"), "image_pull (runtime image onto the GPU nodes)"
     if t.endswith(":DynamoGraphDeployment") and "pulumi.com/skipAwait" not in _annotations(inputs):
         return est.load_seconds + est.of(est.warmup_key), f"weights load ({est.load_what}) + {est.warmup_key}"
+    if t == "gcp:container/nodePool:NodePool":  # the GPU pool is the one with accelerators
+        key = (
+            "gke_gpu_node_pool" if (inputs.get("nodeConfig") or {}).get("guestAccelerators") else "gke_system_node_pool"
+        )
+        return est.of(key), key
+    if t == "gcp:container/cluster:Cluster":
+        return est.of("gke_cluster"), "gke_cluster"
+    if t.startswith("gcp:"):
+        return est.of("gcp_default"), "gcp_default"
+    if t == "kubernetes:core/v1:PersistentVolumeClaim" and (inputs.get("spec") or {}).get("storageClassName") == (
+        "standard-rwx"
+    ):
+        return est.of("filestore_pvc"), "filestore_pvc (compile cache)"
     if t.startswith("aws:iam/"):
         return est.of("iam"), "iam"
     if t.startswith("aws:"):

@@ -40,6 +40,10 @@ COMPUTED_PLACEHOLDERS: dict[str, dict[str, Any]] = {
         "arn": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/PLACEHOLDER"
     },
     "aws:ec2/launchTemplate:LaunchTemplate": {"latestVersion": 1},
+    "gcp:container/cluster:Cluster": {
+        "endpoint": "192.0.2.10",
+        "masterAuth": {"clusterCaCertificate": "UExBQ0VIT0xERVI="},
+    },
     "aws:fsx/lustreFileSystem:LustreFileSystem": {
         "dnsName": "fs-placeholder.fsx.us-east-1.amazonaws.com",
         "mountName": "placeholder",
@@ -65,6 +69,17 @@ AUTONAMED = {
         "bucket": "kimi-k3-weights-placeholder",
         "arn": "arn:aws:s3:::kimi-k3-weights-placeholder",
     },
+    **{
+        f"gcp:{t}": (lambda n: {"name": f"{n}-placeholder"})
+        for t in (
+            "container/cluster:Cluster",
+            "compute/network:Network",
+            "compute/subnetwork:Subnetwork",
+            "compute/router:Router",
+            "compute/resourcePolicy:ResourcePolicy",
+        )
+    },
+    "gcp:storage/bucket:Bucket": lambda n: {"name": "kimi-k3-weights-placeholder"},
     "aws:secretsmanager/secret:Secret": lambda n: {
         "arn": f"arn:aws:secretsmanager:us-east-1:123456789012:secret:{n}-placeholder"
     },

@@ -28,6 +28,7 @@ class Pricing:
     source: str
     as_of: str
     billed_instances: int | None = None  # bought as one block (EC2 Capacity Block): paid for whether used or not
+    billed_as: str = "Capacity Block"  # what that block is called: an EC2 Capacity Block, a GKE reservation
 
 
 @dataclass(frozen=True)

@@ -394,5 +394,5 @@ def resource_info(
         protect,
         retain_on_delete,
         pool,
-        plain(props) if type_token.startswith("aws:") else None,
+        plain(props) if type_token.startswith(("aws:", "gcp:container/nodePool:")) else None,  # GKE pools: gke_pool.py
     )

@@ -16,6 +16,7 @@ from policies.rules.base import (
     Rule,
     check_object_shape,
 )
+from policies.rules.gke import check_a4x_max_pods_schedule
 from policies.rules.kv_transport import (
     check_disagg_roles_use_nixl,
     check_efa_uses_libfabric,
@@ -234,6 +235,13 @@ RULES: tuple[Rule, ...] = (
         "kv-router-has-kv-events",
         "With --router-mode kv, the routed workers publish KV events.",
         check_kv_router_has_kv_events,
+    ),
+    _rule(
+        "a4x-max-pods-schedule",
+        "A pod bound for GKE A4X Max selects gke.networks.io/accelerator-network-profile: auto and, with GPUs, "
+        "claims the node's DRANET RDMA devices (mrdma.google.com).",
+        check_a4x_max_pods_schedule,
+        scope="stack",
     ),
     _rule(
         "frontend-in-workers-zone",

@@ -29,6 +29,7 @@ from policies.rules.base import (
     target_of,
     workers,
 )
+from policies.rules.gke_pool import gke_gpu_pool
 from policies.rules.provided_domain import provided_channel_templates
 
 
@@ -131,7 +132,8 @@ def gpu_nodes(obj: Mapping) -> int:
 def check_graph_fits_node_pool(objects: Sequence[Mapping], ctx: Context) -> Iterator[Result]:
     """Pool size: policy config, else the GPU node groups the same stack creates."""
     pool, source = ctx.config.get("gpu_node_pool_nodes"), "policy config gpu_node_pool_nodes"
-    groups = [r.gpu_pool_nodes for r in ctx.resources or [] if r.gpu_pool_nodes is not None]
+    gke = [gke_gpu_pool(r.type, r.aws_inputs or {})[0] for r in ctx.resources or []]  # a GKE GPU pool: fixed size
+    groups = [r.gpu_pool_nodes for r in ctx.resources or [] if r.gpu_pool_nodes is not None] + [n for n in gke if n]
     if pool is None and groups:
         pool, source = sum(groups), "the stack's GPU node group max size"
     for obj in objects:

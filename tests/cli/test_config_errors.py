@@ -111,7 +111,7 @@ CASES = {
     "cluster mode": (
         "gb300",
         {"cluster": {"mode": "kind"}},
-        ["kimi-k3:cluster.mode", "kind", "allowed: eks, existing or render"],
+        ["kimi-k3:cluster.mode", "kind", "allowed: eks, gke, existing or render"],
     ),
 }
 

@@ -308,6 +308,10 @@ MUTATIONS = {
     "frontend-reads-model-path": lambda o: main(o, "Frontend").pop("volumeMounts"),
     # the old form of every stack: the frontend pinned only by architecture (eks: the Region's system nodes)
     "frontend-in-workers-zone": lambda o: comp(o, "Frontend")["podTemplate"]["spec"].pop("affinity"),
+    # a worker pinned to GKE A4X Max as the EKS graph is built: no network-profile selector, no DRANET claim
+    "a4x-max-pods-schedule": lambda o: comp(o, "decode")["podTemplate"]["spec"].update(
+        nodeSelector={"node.kubernetes.io/instance-type": "a4x-maxgpu-4g-metal"}
+    ),
     # the old form: the smoke Job's fixed ~1.4k-token English prompt, no block size (1536 at TP8)
     "smoke-probe-spans-kv-block": lambda o: o.append(
         smoke_job(["--url", "http://f:8000", "--served-model-name", "m", "--max-model-len", "262144"])
