@@ -178,7 +178,8 @@ class PricingConfig(Strict):
 class StackConfig(Strict):
     """Everything under the `kimi-k3:` namespace of a stack."""
 
-    recipe: Literal["gb200", "gb200-disagg", "gb300", "gb300-disagg"]
+    # The seed four (NVIDIA's v1.4.0-kimi-k3-dev.1 profiles) and the v1.5.0-kimi-k3-dev.1 ones (recipes/profiles/).
+    recipe: Literal["gb200", "gb200-disagg", "gb300", "gb300-disagg", "gb200-v1.5", "gb300-v1.5", "gb300-disagg-v1.5"]
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     platform: PlatformConfig = Field(default_factory=PlatformConfig)

@@ -99,6 +99,7 @@ class ServingGraph:
     download_arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch values the download image runs on
     side_arch: tuple[str, ...] = NODE_ARCHES  # kubernetes.io/arch of the nodes controllers run on (eks: system nodes)
     autoscaling: Any = None  # kimi_k3.graph.autoscaling.Autoscaling when the SLA planner owns worker replicas
+    drafter: Any = None  # kimi_k3.graph.speculation.Drafter: staged with the weights (kimi-k3:serving.speculation)
 
     @property
     def gpus(self) -> int:
