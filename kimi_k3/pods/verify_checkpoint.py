@@ -12,8 +12,7 @@ also what the tests exercise. Two modes:
   LFS file (the fetchers hashed the bytes they uploaded), every indexed shard must be listed, and every object must be
   in the bucket at the manifest's size.
 Environment: MODEL_PATH, MODEL_REPO, MODEL_REVISION, HF_TOKEN; VERIFY_MODE (hash | manifest); VERIFY_WAIT_SECONDS
-(poll that long, default 0 = check once), VERIFY_WRITE_MARKER (default 1; 0 on a read-only volume),
-VERIFY_REQUIRE_INDEX (default 1; 0 for a drafter without model.safetensors.index.json).
+(poll that long, default 0 = check once), VERIFY_WRITE_MARKER (default 1; 0 on a read-only volume).
 """
 from __future__ import annotations
 
@@ -67,13 +66,10 @@ def content_ids(path: Path) -> tuple[str, str]:
     return sha256.hexdigest(), blob.hexdigest()
 
 
-def verify_hashed(
-    model_dir: Path, hub_files, require_index: bool = True
-) -> tuple[list[str], dict[str, tuple[int, str]]]:
+def verify_hashed(model_dir: Path, hub_files) -> tuple[list[str], dict[str, tuple[int, str]]]:
     """hub_files(paths) -> {path: {size, sha256 (LFS) or None, blob_id}} at the pinned commit. Returns the problems
-    and, when there are none, rel -> (size, sha256) of every file (the manifest). require_index=False (a drafter,
-    which need not be sharded): no shard list to check against, so completeness rests on `hf download` succeeding."""
-    shards, problems = _indexed(model_dir) if require_index else ([], [])
+    and, when there are none, rel -> (size, sha256) of every file (the manifest)."""
+    shards, problems = _indexed(model_dir)
     if problems:
         return problems, {}
     names = local_files(model_dir)
@@ -226,7 +222,7 @@ def main() -> int:
         problems = verify_until(model_dir, hub, revision, float(os.environ.get("VERIFY_WAIT_SECONDS", "0")))
         files = {}
     else:
-        problems, files = verify_hashed(model_dir, hub, os.environ.get("VERIFY_REQUIRE_INDEX", "1") == "1")
+        problems, files = verify_hashed(model_dir, hub)
     if problems:
         print(f"checkpoint in {model_dir} is not {repo}@{revision} ({len(problems)} problems):", *problems,
               sep="\n  ")
