@@ -11,7 +11,11 @@ CASES = {
     "unknown recipe": (
         "gb300",
         {"recipe": "gb400"},
-        ["kimi-k3:recipe", "gb400", "allowed: gb200, gb200-disagg, gb300 or gb300-disagg"],
+        [
+            "kimi-k3:recipe",
+            "gb400",
+            "allowed: gb200, gb200-disagg, gb300, gb300-disagg, gb200-v1.5, gb300-v1.5 or gb300-disagg-v1.5",
+        ],
     ),
     "TP not in whole 4-GPU nodes": (
         "gb300",
