@@ -441,7 +441,13 @@ def test_policy_config_levels_are_honoured(tmp_path, capsys, monkeypatch):
         (["plan", "--gpu", "gb301", "--tp", "8"], ["--gpu 'gb301'", "allowed: b200, gb200, gb300, h200"]),
         (["render", "gb300-disag"], ["no stack 'gb300-disag'", "did you mean 'gb300-disagg'"]),
         (["render", "Pulumi.gb300.yaml"], ["'Pulumi.gb300.yaml' is a stack file", "give the stack name: gb300"]),
-        (["plan", "nope"], ["no stack 'nope'", "allowed: gb200, gb200-disagg, gb300, gb300-disagg"]),
+        (
+            ["plan", "nope"],
+            [
+                "no stack 'nope'",
+                "allowed: gb200, gb200-disagg, gb200-v1.5, gb300, gb300-disagg, gb300-disagg-v1.5, gb300-v1.5",
+            ],
+        ),
     ],
 )
 def test_bad_flag_or_argument(argv, expect, capsys, monkeypatch):
