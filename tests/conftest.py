@@ -20,6 +20,8 @@ for _lane in sorted(p for p in Path(__file__).resolve().parent.iterdir() if p.is
         sys.path.append(str(_lane))
 SHARED = ROOT.parent / "shared" / "reference"
 STACKS = ("gb200", "gb200-disagg", "gb300", "gb300-disagg")
+# NVIDIA's v1.5.0-kimi-k3-dev.1 profiles (issue 22): separate from STACKS so seed-only assertions stay as they are.
+V15_STACKS = ("gb200-v1.5", "gb300-v1.5", "gb300-disagg-v1.5")
 UPSTREAM = {  # our stack -> upstream profile directory
     "gb200": "agg-gb200-agentic",
     "gb200-disagg": "disagg-gb200-agentic",
@@ -86,6 +88,12 @@ def _patched_code_renders_alone(request):
 @pytest.fixture(scope="session")
 def rendered():
     return {stack: render_stack_once(stack, ROOT) for stack in STACKS}  # shared with render_with(stack)
+
+
+@pytest.fixture(scope="session")
+def rendered_v15():
+    """The v1.5.0-kimi-k3-dev.1 stacks, rendered once per session."""
+    return {stack: render_stack_once(stack, ROOT) for stack in V15_STACKS}
 
 
 def stack_config(stack: str, **overrides) -> tuple[dict[str, str], set[str]]:

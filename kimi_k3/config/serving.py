@@ -236,6 +236,19 @@ class AutoscalingConfig(Strict):
         return v
 
 
+class SpeculationConfig(Strict):
+    """`kimi-k3:serving.speculation`: speculative decoding with a drafter staged beside the weights (never the Hub)."""
+
+    method: Literal["dspark"] = Field(description="the drafter (recipes/facts/speculation.yaml drafters)")
+    num_speculative_tokens: int = Field(7, alias="numSpeculativeTokens", ge=1, description="draft tokens per step")
+    # Pinned like the weights: every stager, check and node copy must see the same bytes.
+    drafter_revision: str = Field(
+        alias="drafterRevision",
+        pattern=allowed_as(r"^[0-9a-f]{40}$", "the 40-hex commit sha of the drafter's Hub repository"),
+        description="Hugging Face commit sha (40 hex) of the drafter",
+    )
+
+
 class ServingConfig(Strict):
     """`kimi-k3:serving`: the serving graph's knobs and overrides of the recipe."""
 
@@ -277,5 +290,6 @@ class ServingConfig(Strict):
     frontend: FrontendOverride = Field(default_factory=FrontendOverride)
     roles: dict[str, RoleOverride] = Field(default_factory=dict)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    speculation: Optional[SpeculationConfig] = None
     preflight: PreflightConfig = Field(default_factory=PreflightConfig)
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)

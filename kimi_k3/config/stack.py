@@ -179,11 +179,15 @@ class PricingConfig(Strict):
 class StackConfig(Strict):
     """Everything under the `kimi-k3:` namespace of a stack."""
 
+    # The seed four (NVIDIA's v1.4.0-kimi-k3-dev.1 profiles), the v1.5.0-kimi-k3-dev.1 vLLM and SGLang ones (recipes/profiles/).
     recipe: Literal[
         "gb200",
         "gb200-disagg",
         "gb300",
         "gb300-disagg",
+        "gb200-v1.5",
+        "gb300-v1.5",
+        "gb300-disagg-v1.5",
         "gb200-sglang",
         "gb200-disagg-sglang",
         "gb300-sglang",

@@ -28,6 +28,7 @@ from kimi_k3.graph.recipe import (
     merge,
 )
 from kimi_k3.graph.sglang_role import sglang_role as _sglang_role
+from kimi_k3.graph.speculation import resolve as resolve_speculation
 from kimi_k3.graph.topology import role_topology
 from kimi_k3.graph.worker_fields import role_fields
 from kimi_k3.names import GRAPH_NAME
@@ -198,6 +199,10 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
     if cfg.model.revision != "main" and not prestaged:
         # Each pinned revision downloads into its own directory, beside the one the graph is serving from.
         model_path += f"@{cfg.model.revision}"
+    # The drafter's flags join every decoding role's before the DCP check, which refuses DCP with speculation.
+    spec_flags, drafter = resolve_speculation(
+        cfg, image, node_local=cfg.storage.resolved_node_local_weights(cfg.cluster.mode), prestaged=prestaged
+    )
     base_env = {
         "MODEL_PATH": model_path,
         "SERVED_MODEL_NAME": cfg.model.served_model_name,
@@ -246,7 +251,9 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             if rr.publishes_kv_events
             else {}
         )
-        flags = merge(merge(merge(merge(typed, recipe.worker.args), rr.args), events), extra)
+        # Prefill workers draft too: upstream's disaggregated DSpark profile runs it on both roles (prefill builds
+        # the drafter's prompt KV for decode: disagg-gb300-agentic at 1d08afd35788, see recipes/facts/speculation.yaml).
+        flags = merge(merge(merge(merge(merge(typed, recipe.worker.args), rr.args), events), spec_flags), extra)
         dcp = _dcp(key, rr.type, tp, over, flags, image)
         if dcp > 1:
             flags = merge(flags, {"--decode-context-parallel-size": dcp})
@@ -346,6 +353,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         download_arch=download_arch,
         side_arch=tuple(sorted(side_arches)),
         provided_compute_domain=provided,
+        drafter=drafter,
     )
     if (
         cfg.serving.autoscaling.enabled

@@ -142,6 +142,7 @@ class ServingGraph:
     # existing mode: the provider's ComputeDomain every role claims (None: the graph creates its own)
     provided_compute_domain: Optional[ProvidedDomain] = None
     node_facts: NodeFacts = NodeFacts()  # the cloud's GPU node facts (kimi_k3/gcp/ in gke mode)
+    drafter: Any = None  # kimi_k3.graph.speculation.Drafter: staged with the weights (kimi-k3:serving.speculation)
 
     @property
     def gpus(self) -> int:

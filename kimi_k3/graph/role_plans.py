@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from kimi_k3.graph.model import ServingGraph
 from kimi_k3.sizing.memory import RolePlan, RoleSpec, plan_spec
 
@@ -21,6 +23,9 @@ def role_specs(graph: ServingGraph) -> list[RoleSpec]:
             dcp=r.dcp,
             load_format=r.load_format,
             prefix_caching=r.prefix_caching,
+            spec_tokens=int(json.loads(r.speculative_config or "{}").get("num_speculative_tokens", 0) or 0),
+            # Every role that runs --speculative-config loads the drafter (kimi-k3:serving.speculation).
+            drafter_bytes=graph.drafter.bytes if graph.drafter and r.speculative_config else 0.0,
         )
         for r in graph.roles
     ]

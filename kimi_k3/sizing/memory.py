@@ -46,6 +46,7 @@ class RoleSpec:
     dcp: int = 1
     load_format: str = "auto"  # vLLM --load-format: how much of the checkpoint each pod reads
     prefix_caching: bool = False  # vLLM --enable-prefix-caching: KDA state in mamba_cache_mode "align"
+    drafter_bytes: float = 0.0  # a speculative drafter's weights, loaded beside the target's (plan_role)
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,7 @@ def plan_spec(
         max_model_len=s.max_model_len,
         kv_budget_gib=kv_budget_gib,
         prefix_caching=s.prefix_caching,
+        drafter_bytes=s.drafter_bytes,
         facts=facts,
         platforms=platforms,
     )
@@ -245,15 +247,19 @@ def plan_role(
     kv_budget_gib: float | None = None,
     activation_reserve_gib: float | None = None,
     prefix_caching: bool = False,
+    drafter_bytes: float = 0.0,
     facts: ModelFacts | None = None,
     platforms: dict[str, Platform] | None = None,
 ) -> RolePlan:
-    """Memory plan of one vLLM worker (one TP group). `fits`: weights + reserve + one max_model_len request fit."""
+    """Memory plan of one vLLM worker (one TP group). `fits`: weights + reserve + one max_model_len request fit.
+    `drafter_bytes`: a speculative drafter's weights (all ranks), loaded beside the target's and sharded like them by
+    the target's TP (vLLM's draft model takes the target's parallel config); they come out of the KV pool. The
+    drafter's own KV layers are not counted (not modelled: a DSpark draft has 5 MLA layers vs the target's 24)."""
     m = facts or load_model_facts()
     plats = platforms or load_platforms()
     _validate(m, plats, gpu, tp, dcp, gpu_memory_utilization, kv_cache_dtype, spec_tokens)
     reserve = (m.activation_reserve_gib if activation_reserve_gib is None else activation_reserve_gib) * GIB
-    weights = weights_bytes_per_gpu(m, tp)
+    weights = weights_bytes_per_gpu(m, tp) + drafter_bytes / tp
     if kv_budget_gib is None:
         pool = plats[gpu].hbm_gb * GB * gpu_memory_utilization - weights - reserve
     else:

@@ -1,6 +1,6 @@
 """Deployment rules for Dynamo + vLLM graphs: pure functions over Kubernetes objects, one module per family
 (topology, model_path, kv_transport, safety, secrets, upgrades, autoscaling, storage, qos, observability, placement,
-access, portability, sglang, provided_domain;
+access, portability, sglang, provided_domain, gke, gke_pool;
 shared helpers in base). This module is the registry; `catalogue` lists the rules in their report order.
 
 One implementation, two front ends: the CrossGuard pack (`policies/__main__.py`) and the offline

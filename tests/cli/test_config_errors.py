@@ -14,7 +14,8 @@ CASES = {
         [
             "kimi-k3:recipe",
             "gb400",
-            "allowed: gb200, gb200-disagg, gb300, gb300-disagg, gb200-sglang, gb200-disagg-sglang, gb300-sglang or gb300-disagg-sglang",
+            "allowed: gb200, gb200-disagg, gb300, gb300-disagg, gb200-v1.5, gb300-v1.5, gb300-disagg-v1.5, "
+            "gb200-sglang, gb200-disagg-sglang, gb300-sglang or gb300-disagg-sglang",
         ],
     ),
     "TP not in whole 4-GPU nodes": (
