@@ -68,7 +68,6 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     logs, model_dir = out / "logs", out / "model"
     try:
         check_writable_dir(out, "--out")  # without creating anything
-        python = rehearse_python()
     except (RehearsalFailed, UserError) as err:
         say(f"kimi-k3 rehearse {args.stack}: {err}")
         return 2
@@ -107,6 +106,11 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                 f"per GPU the stack's roles have left after weights; allowed: a number > 0 and <= {room:.2f}"
             )
             return 2
+    try:  # the environment after every argument: a bad flag is named first, whatever the machine has
+        python = rehearse_python()
+    except (RehearsalFailed, UserError) as err:
+        say(f"kimi-k3 rehearse {args.stack}: {err}")
+        return 2
     # Input checked. One rehearsal per output directory at a time (a second one is refused before it starts).
     try:
         lock = lock_out(out)
