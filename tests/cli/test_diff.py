@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT
 
 from kimi_k3.commands import diff, diff_compare
@@ -99,6 +100,16 @@ def kimi_k3_cli(repo: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def recipe_chain(stack: str) -> list[str]:
+    """The profiles a stack reads: its `kimi-k3:recipe` and what each `extends:`."""
+    recipe = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]["kimi-k3:recipe"]
+    chain = []
+    while recipe and recipe not in chain:
+        chain.append(recipe)
+        recipe = (yaml.safe_load((ROOT / "recipes/profiles" / f"{recipe}.yaml").read_text()) or {}).get("extends")
+    return chain
+
+
 def by_stack(report):
     return {s["stack"]: s for s in report["stacks"]}
 
@@ -117,8 +128,14 @@ def smoke_rerun_split(changed):
 def test_one_recipe_value_is_exactly_the_change(repo):
     report = diff.run_diff(repo, "base", "max-num-seqs", [])
     stacks = by_stack(report)
-    assert sorted(stacks) == ["gb200", "gb200-disagg", "gb300", "gb300-disagg"]
-    assert {s: r["status"] for s, r in stacks.items() if r["status"] != "unchanged"} == {"gb300-disagg": "changed"}
+    assert sorted(stacks) == sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
+    # Every stack on that profile changes, none that does not read it; one that extends it changes unless its own
+    # profile sets the value (gb300-disagg-v1.5 states its decode args).
+    changed_stacks = {s for s, r in stacks.items() if r["status"] != "unchanged"}
+    on_it = {s for s in stacks if recipe_chain(s)[0] == "gb300-disagg"}
+    readers = {s for s in stacks if "gb300-disagg" in recipe_chain(s)}
+    assert "gb300-disagg" in on_it and on_it <= changed_stacks <= readers, (on_it, changed_stacks, readers)
+    assert {stacks[s]["status"] for s in changed_stacks} == {"changed"}
     res = stacks["gb300-disagg"]["resources"]
     assert res["added"] == res["removed"] == []
     graph_ready_job_follows(res["changed"])
@@ -148,7 +165,9 @@ def test_one_recipe_value_is_exactly_the_change(repo):
     md = diff.markdown(report)
     assert f"- `{DECODE_ARGS}`: `--max-num-seqs: 256 -> 128`" in md
     # the graph, and the Jobs that re-run against it
-    assert sum(md.count(t) for t in ("**REPLACED**", "**Updated in place**", "**Not applied by pulumi up")) == 3
+    assert sum(md.count(t) for t in ("**REPLACED**", "**Updated in place**", "**Not applied by pulumi up")) == 3 * len(
+        changed_stacks
+    )  # per changed stack
 
 
 def test_replicas_change_moves_gpu_and_node_totals(repo):
