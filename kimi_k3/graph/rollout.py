@@ -1,8 +1,8 @@
 """What a rollout of the serving graph needs (pure): per role, whether one replica keeps serving while Grove
 recreates another, the extra nodes a surge takes, whether they fit the Capacity Block, and how long it takes.
 
-Grove (v0.1.0-alpha.12-rc1, bundled by dynamo-platform 1.5.0) recreates one replica at a time (RollingRecreate)
-and has no surge; the DynamoGraphDeployment exposes no rollout strategy for multinode workers
+Grove (read at v0.1.0-alpha.12-rc1; the released dynamo-platform 1.5.0 bundles alpha.13) recreates one replica at a
+time (RollingRecreate) and has no surge; the DynamoGraphDeployment exposes no rollout strategy for multinode workers
 (docs/operating.md#rollouts). `kimi-k3:serving.rollout.surge` is ours: extra replicas while a rollout is staged.
 """
 
