@@ -3,15 +3,17 @@ over the mocker's SGLang scheduler (`--engine-type sglang`). Its prefix reuse is
 SGLang engine reports no cached tokens in usage: tests/unit/test_sglang_cache_evidence.py), so before that this
 stack failed `repeated_prompt_cached` (cached_tokens=0) and never reached the load.
 
-One stack (the disaggregated GB300 one: both roles, DCP on decode), bounded: 8 requests, 60 s cap, one run.
+One stack runs (the disaggregated GB300 one: both roles, DCP on decode), bounded: 8 requests, 60 s cap, one run;
+the four SGLang stacks' mocker argv go through the installed parser.
 Marked `rehearse` (deselected in `make test`); `make test-rehearse` runs it."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
-from test_rehearse_live import assert_nothing_left, rehearsal_venv, rehearse  # noqa: F401 (the venv check, autouse)
+from test_rehearse_live import PYTHON, assert_nothing_left, rehearsal_venv, rehearse  # noqa: F401 (venv check, autouse)
 
 pytestmark = pytest.mark.rehearse
 
@@ -38,3 +40,30 @@ def test_an_sglang_stack_rehearses_to_a_load_report(tmp_path):
     assert report["prefill_decode_requests"]["prefill"] > 0 and report["prefill_decode_requests"]["decode"] > 0
     assert "KV router" in (out / "report.md").read_text()
     assert_nothing_left(out)
+
+
+def test_every_sglang_mocker_argv_simulates_sglang_in_the_installed_parser(tmp_path):
+    """The four SGLang stacks' mocker argv, parsed by dynamo.mocker 1.6.1's own parser: SGLang's scheduler at the
+    router's block (page x DCP) with prefix caching on, so the router's cached-prefix counter can see a reuse."""
+    from kimi_k3.blueprint import Blueprint
+    from kimi_k3.graph import role_plans
+    from kimi_k3.rehearsal import plan as rehearsal
+
+    argvs = []
+    for stack in ("gb200-sglang", "gb300-sglang", "gb200-disagg-sglang", "gb300-disagg-sglang"):
+        graph = Blueprint.for_stack(stack).graph
+        plan = rehearsal.plan_rehearsal(
+            graph, role_plans.role_kv_plans(graph), http_port=1, metrics_ports=range(2, 99), model_path=str(tmp_path)
+        )
+        assert plan.cache_evidence == "router"
+        argvs += [(list(r.args), role.block_size) for r, role in zip(plan.roles, graph.roles)]
+    script = (
+        "import json, sys\nfrom dynamo.mocker.args import parse_args\n"
+        "for argv, block in json.load(sys.stdin):\n"
+        "    a = parse_args(argv)\n"
+        "    assert a.engine_type == 'sglang' and a.block_size == block and a.enable_prefix_caching, argv\n"
+    )
+    done = subprocess.run(
+        [str(PYTHON), "-c", script], input=json.dumps(argvs), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
