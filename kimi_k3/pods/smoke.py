@@ -117,13 +117,34 @@ def check_chat_stream(c: Client, model: str, max_len: int) -> str | None:
 
 
 PREFIX_CACHE_SECONDS = 15   # for the worker's KV event to reach the router (ms when idle; a loaded machine lags)
+# Where a repeat's reuse shows: "usage" = the response's usage.prompt_tokens_details.cached_tokens (vLLM; real SGLang
+# under dynamo.sglang: SGLang's meta_info cached_tokens, no --enable-cache-report needed, that gates SGLang's own
+# OpenAI server only); "router" = the frontend's KV router counter of cached prefix tokens on the worker it chose,
+# fed by the worker's KV events (for an engine that caches but reports no cached tokens: the mocker's SGLang).
+CACHE_EVIDENCE = ("usage", "router")
+# dynamo/prometheus_names.py (1.6.1) router KV_SELECTED_CACHED_PREFIX_TOKENS_TOTAL, on the frontend's /metrics
+ROUTER_CACHED_TOTAL = "dynamo_component_router_kv_selected_cached_prefix_tokens_total"
+
+
+def router_cached_tokens(c: Client) -> float:
+    """The frontend's KV router: cached prefix tokens on the workers it chose, so far (all phases and workers)."""
+    status, raw = c.request("GET", "/metrics")
+    if status != 200:
+        raise OSError(f"GET /metrics -> {status}")
+    total = 0.0
+    for line in raw.decode(errors="replace").splitlines():  # `name{labels} value [timestamp]`
+        if line.startswith((ROUTER_CACHED_TOTAL + "{", ROUTER_CACHED_TOTAL + " ")):
+            total += float(line[line.rfind("}") + 1:].split()[0] if "{" in line else line.split()[1])
+    return total
 
 
 def check_prefix_cache(c: Client, model: str, max_len: int, kv_block_size: Optional[int] = None,
-                       probe_len: Optional[int] = None) -> str | None:
-    """The same long prompt again: a repeat must report at least one whole KV block of cached prompt tokens (prefix
-    caching + KV routing). `kv_block_size`: the largest block the graph's workers run; the probe spans
-    PROBE_BLOCKS of them (or `probe_len` words)."""
+                       probe_len: Optional[int] = None, cache_evidence: str = "usage") -> str | None:
+    """The same long prompt again: a repeat must show at least one whole KV block of cached prompt tokens (prefix
+    caching + KV routing), where `cache_evidence` says the engine exposes it (CACHE_EVIDENCE). `kv_block_size`:
+    the largest block the graph's workers run; the probe spans PROBE_BLOCKS of them (or `probe_len` words)."""
+    if cache_evidence not in CACHE_EVIDENCE:
+        return f"cache evidence {cache_evidence!r}: allowed: {', '.join(CACHE_EVIDENCE)}"
     if not kv_block_size or kv_block_size < 1:
         return ("no --kv-block-size: the probe cannot be sized to the workers' KV block (vLLM caches whole blocks "
                 "only, so a probe shorter than one never reports cached tokens)")
@@ -132,19 +153,22 @@ def check_prefix_cache(c: Client, model: str, max_len: int, kv_block_size: Optio
         return (f"probe of {words} words cannot span one whole {kv_block_size}-token block and a new token; "
                 f"allowed: >= {kv_block_size + 1} (default {probe_tokens(kv_block_size)})")
     prompt = cache_probe(words)
-    cached, attempt, end = 0, 0, time.monotonic() + PREFIX_CACHE_SECONDS
+    cached, attempt, end = 0.0, 0, time.monotonic() + PREFIX_CACHE_SECONDS
     while True:  # the router learns a block from the worker's KV event; give it a moment, bounded in time
+        before = router_cached_tokens(c) if cache_evidence == "router" else 0.0
         status, body = c.json("POST", "/v1/chat/completions", _chat(model, prompt + f"Task {attempt}.", 4))
         if status != 200:
             return f"long prompt -> {status}: {str(body)[:200]}"
         usage = body.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens") or 0
+        cached = router_cached_tokens(c) - before if cache_evidence == "router" else details.get("cached_tokens") or 0
         if attempt and cached >= kv_block_size:
             return None
         if attempt >= 2 and time.monotonic() > end:
-            return (f"repeated {usage.get('prompt_tokens')}-token prompt ({words} words) reported "
-                    f"cached_tokens={cached}, want >= {kv_block_size} (one whole KV block; {attempt} repeats)")
+            where = ("the KV router found cached on the chosen worker" if cache_evidence == "router"
+                     else "reported cached_tokens")
+            return (f"repeated {usage.get('prompt_tokens')}-token prompt ({words} words): {where}={cached:.0f}, "
+                    f"want >= {kv_block_size} (one whole KV block; {attempt} repeats)")
         attempt += 1
         time.sleep(0.5)
 
@@ -199,14 +223,15 @@ REAL_MODEL_CHECKS: dict[str, Callable[[Client, str, int], str | None]] = {
 
 def run(base_url: str, model: str, max_model_len: int, *, kv_block_size: Optional[int] = None,
         probe_len: Optional[int] = None, real_model: bool = False, timeout: float = 60.0,
-        log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+        log: Callable[[str], None] = lambda s: None, cache_evidence: str = "usage") -> dict[str, Any]:
     """Run every check; {passed, checks: {name: bool}, failures: {name: why}}. `kv_block_size`: the largest KV
     block (tokens) the graph's workers run, which the cache-hit probe must span (kimi_k3/manifests.py passes it to
-    the Job, kimi_k3/commands/rehearse.py to the rehearsal: one probe, one criterion)."""
+    the Job, kimi_k3/commands/rehearse.py to the rehearsal: one probe, one criterion). `cache_evidence`: where the
+    engine shows the reuse (CACHE_EVIDENCE; the Job: usage, every real engine reports it there)."""
     client = Client(base_url, timeout)
     checks = {**CHECKS, **(REAL_MODEL_CHECKS if real_model else {})}
     checks["repeated_prompt_cached"] = functools.partial(check_prefix_cache, kv_block_size=kv_block_size,
-                                                         probe_len=probe_len)
+                                                         probe_len=probe_len, cache_evidence=cache_evidence)
     results: dict[str, bool] = {}
     failures: dict[str, str] = {}
     for name, check in checks.items():

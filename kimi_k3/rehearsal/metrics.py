@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Optional
 
+from kimi_k3.pods.smoke import ROUTER_CACHED_TOTAL
 from kimi_k3.rehearsal.plan import Rehearsal
 
 
@@ -65,10 +66,21 @@ def metric_sum(samples: Iterable[tuple[str, dict[str, str], float]], name: str, 
     return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == x for k, x in labels.items()))
 
 
-def kv_hit_rate(frontend_samples: list[tuple[str, dict[str, str], float]]) -> Optional[float]:
-    """Share of prompt tokens served from cache, as the frontend counts them (Dynamo's own metrics)."""
+# Where kv_hit_rate's cached tokens come from, per the plan's cache_evidence (plan.MOCKER_CACHE_EVIDENCE): the
+# frontend's count of usage cached_tokens, or the KV router's cached prefix on the chosen workers (their KV events;
+# decode mockers publish none: dynamo/mocker/config.py build_runtime_config, so a disaggregated prompt counts once).
+CACHED_METRIC = {"usage": "dynamo_frontend_cached_tokens_sum", "router": ROUTER_CACHED_TOTAL}
+HIT_SOURCE = {
+    "usage": "frontend's cached / prompt tokens (usage cached_tokens)",
+    "router": "KV router's cached prefix on the chosen workers / frontend's prompt tokens (the mocker's SGLang "
+    "engine reports no cached_tokens)",
+}
+
+
+def kv_hit_rate(frontend_samples: list[tuple[str, dict[str, str], float]], evidence: str = "usage") -> Optional[float]:
+    """Share of prompt tokens served from cache, from Dynamo's own metrics on the frontend (CACHED_METRIC)."""
     prompt = metric_sum(frontend_samples, "dynamo_frontend_input_sequence_tokens_sum")
-    cached = metric_sum(frontend_samples, "dynamo_frontend_cached_tokens_sum")
+    cached = metric_sum(frontend_samples, CACHED_METRIC[evidence])
     return None if prompt <= 0 else round(cached / prompt, 4)
 
 

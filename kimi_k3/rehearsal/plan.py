@@ -29,6 +29,11 @@ MOCKER_FLAG_FOR = {
 }
 # vLLM --kv-cache-dtype values -> the mocker's choices (it uses them only to size bytes per token).
 MOCKER_KV_DTYPE = {"fp8": "fp8", "bf16": "bfloat16", "auto": "auto"}
+# Where a repeated prompt's prefix reuse shows, per mocker engine (Dynamo 1.6.1's wheel runs aisimulate-core 0.13.0):
+# vLLM's scheduler reports it in usage (scheduler/vllm/core.rs take_cached_tokens_for_signal -> cached_tokens);
+# SGLang's simulates the radix cache and publishes its KV events, but every output has `cached_tokens: None`
+# (scheduler/sglang/{decode,core}.rs), so only the KV router's cached-prefix counter sees the reuse.
+MOCKER_CACHE_EVIDENCE = {"vllm": "usage", "sglang": "router"}
 # Frontend flags the rehearsal sets itself (where it listens, how it finds workers): not taken from the graph.
 FRONTEND_OWN_FLAGS = ("--http-port", "--http-host", "--discovery-backend", "--request-plane", "--event-plane")
 
@@ -79,6 +84,7 @@ class Rehearsal:
     roles: tuple[RolePlanView, ...]
     processes: tuple[ProcessSpec, ...] = field(default_factory=tuple)
     smoke_block_size: int = 0  # the KV block the smoke test's cache-hit probe spans (manifests.smoke_block_size)
+    cache_evidence: str = "usage"  # where the smoke test looks for prefix reuse (MOCKER_CACHE_EVIDENCE)
 
     @property
     def url(self) -> str:
@@ -87,6 +93,11 @@ class Rehearsal:
     @property
     def workers(self) -> tuple[ProcessSpec, ...]:
         return tuple(p for p in self.processes if p.role is not None)
+
+    @property
+    def smoke_options(self) -> dict[str, Any]:
+        """smoke.run's keywords for this graph over the mocker: the probe's block and where reuse shows."""
+        return {"kv_block_size": self.smoke_block_size, "cache_evidence": self.cache_evidence}
 
 
 def parse_flags(args: Iterable[str]) -> dict[str, Any]:
@@ -305,6 +316,8 @@ def plan_rehearsal(
         roles=tuple(roles),
         processes=tuple(processes),
         smoke_block_size=smoke_block_size(graph),
+        # one engine whose mocker hides reuse from usage: the whole graph is checked at the router
+        cache_evidence="router" if any(MOCKER_CACHE_EVIDENCE[r.engine] == "router" for r in graph.roles) else "usage",
     )
 
 

@@ -6,7 +6,7 @@ import math
 from typing import Any, Iterable, Mapping, Optional
 
 from kimi_k3.pods import workload
-from kimi_k3.rehearsal.metrics import endpoint_component
+from kimi_k3.rehearsal.metrics import HIT_SOURCE, endpoint_component
 from kimi_k3.rehearsal.plan import Rehearsal
 
 # The stable `load` block from AIPerf's profile_export_aiperf.json: the same summary the benchmark Job logs.
@@ -46,6 +46,7 @@ def build_report(
         "smoke": {"passed": bool(smoke.get("passed")), "checks": dict(smoke.get("checks") or {})},
         "load": load,
         "kv_hit_rate": kv_hit,
+        "kv_hit_rate_source": HIT_SOURCE[rehearsal.cache_evidence],
         # Beyond the stable keys: detail for people and plots.
         "runs": {name: aiperf_load(s) for name, s in runs.items()},
         "worker_requests": {k: int(v) for k, v in sorted(worker_load.items())},
@@ -99,7 +100,7 @@ def render_markdown(report: Mapping[str, Any], plots: Iterable[str] = ()) -> str
         "",
         f"- graph ready in **{_fmt(report['ready_seconds'], ' s')}** (block size {report['block_size']}, "
         f"context {report['max_model_len']:,} tokens)",
-        "- KV cache hit rate during the load (frontend's cached / prompt tokens): **"
+        f"- KV cache hit rate during the load ({report.get('kv_hit_rate_source') or HIT_SOURCE['usage']}): **"
         + ("-" if report["kv_hit_rate"] is None else f"{100 * report['kv_hit_rate']:.1f}%")
         + "**",
         "",

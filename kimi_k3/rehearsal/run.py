@@ -216,7 +216,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         nonlocal worker_load, kv_hit
         worker_load = {p.name: metrics.worker_requests(_metrics(p.metrics_port)) for p in plan.workers}
         if before is not None:
-            kv_hit = metrics.kv_hit_rate(_delta(before, _metrics(plan.http_port), HIT_METRICS))
+            kv_hit = metrics.kv_hit_rate(_delta(before, _metrics(plan.http_port), HIT_METRICS), plan.cache_evidence)
 
     try:
         try:
@@ -243,7 +243,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         say(f"[{ready_seconds:5.1f}s] graph ready")
 
         smoke_result = smoke.run(
-            plan.url, plan.served_model_name, plan.max_model_len, kv_block_size=plan.smoke_block_size, log=say
+            plan.url, plan.served_model_name, plan.max_model_len, log=say, **plan.smoke_options
         )  # as the Job runs it
         if not smoke_result["passed"]:
             raise RehearsalFailed(
@@ -360,7 +360,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     return code
 
 
-HIT_METRICS = ("dynamo_frontend_input_sequence_tokens_sum", "dynamo_frontend_cached_tokens_sum")
+HIT_METRICS = ("dynamo_frontend_input_sequence_tokens_sum", *metrics.CACHED_METRIC.values())
 
 
 def _trace_measured(plan, graph, trace, sampler, kv_hit, say, out: Path, mocker_speedup: float) -> dict[str, Any]:
