@@ -1,10 +1,11 @@
 """kimi-k3:serving.speculation -> the workers' --speculative-config and the drafter the weights path stages.
 
-The drafter is a second checkpoint: pinned to a commit, downloaded and hashed by the model-download Job beside the
-weights (kimi_k3/k8s/model_cache.py), and read by the workers from the cache as a local path, never from the Hub
-(upstream's DSpark pods snapshot_download it into an emptyDir at every start). It travels every path the weights do:
-the EC2 fetchers fetch and hash it into the bucket (kimi_k3/aws/storage.py), the download Job verifies it, the
-node-local copy copies it beside them; always under a directory keyed by its own revision, so revisions never mix."""
+The drafter is a second checkpoint: pinned to a commit, staged beside the weights and verified like them before any
+worker starts, and read by the workers from the cache as a local path, never from the Hub (upstream's DSpark pods
+snapshot_download it into an emptyDir at every start). It travels every path the weights do: the EC2 fetchers fetch
+and hash it into the bucket (kimi_k3/aws/storage.py) or the download Job downloads and hashes it into a writable
+cache, the download Job verifies it (kimi_k3/k8s/model_cache.py), the node-local copy copies it beside them
+(kimi_k3/k8s/node_local.py); always under a directory keyed by its own revision, so revisions never mix."""
 
 from __future__ import annotations
 

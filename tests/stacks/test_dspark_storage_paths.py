@@ -29,8 +29,8 @@ PATHS = {
     "s3-fetchers+node-local": ("gb300-v1.5", None, True, True),
     "s3-fetchers": ("gb300-disagg-v1.5", {"kind": "s3", "nodeLocalWeights": False}, False, True),
     "fsx-s3-import+node-local": ("gb200-v1.5", IMPORT, True, False),
-    "efs+node-local": ("gb300-disagg-v1.5", {"kind": "efs"}, True, False),
 }
+# (efs / fsx-lustre without an import and no node-local copy: tests/unit/test_dspark.py.)
 
 
 def _render(path: str, rev: str = REV):
