@@ -131,6 +131,8 @@ else:
                 compile_cache=graph.compile_cache,
                 namespace=cluster.namespace,
                 fetch_deadline_seconds=cfg.serving.download_timeout_seconds,
+                # A speculative drafter rides with the weights, under its own revision's prefix.
+                drafter=(d.repo, d.revision, d.cache_dir) if (d := graph.drafter) else None,
             ),
             provider=cluster.provider,
         )

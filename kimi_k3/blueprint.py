@@ -15,7 +15,6 @@ from kimi_k3.config.base import ConfigError
 from kimi_k3.config.stack import StackConfig, parse_stack_config
 from kimi_k3.config.stack_files import StackError, in_stack_file, read_stack_config
 from kimi_k3.errors import UserError
-from kimi_k3.facts import model
 from kimi_k3.facts import platforms as facts_platforms
 from kimi_k3.gcp import plan as gke
 from kimi_k3.graph import durations
@@ -64,7 +63,7 @@ class Blueprint:
     def resolve(cls, stack: str, cfg: StackConfig, graph: Optional[ServingGraph] = None) -> "Blueprint":
         """Everything the program and the commands derive from a validated config, once (raises UserError)."""
         graph = graph if graph is not None else build_graph(stack, cfg)
-        cache_gi = cache_size_gi(cfg, model.checkpoint_bytes(model.load_model_facts()))
+        cache_gi = cache_size_gi(cfg, durations.staged_bytes(graph))  # the checkpoint and a speculative drafter
         gpu_nodes, subnets, endpoint = None, (), None
         if cfg.cluster.mode == "eks":
             gpu_nodes = aws.gpu_node_plan(cfg, graph.platform.name, graph.nodes, efa=graph.kv_transport == "efa")

@@ -65,6 +65,7 @@ def weights_fetchers(
                     count=s3.fetchers,
                     hub_version=args.hub_version,
                     deadline_seconds=args.fetch_deadline_seconds,
+                    drafter=args.drafter,
                 )
             )
         )

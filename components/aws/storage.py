@@ -49,6 +49,7 @@ class ModelStorageArgs:
         namespace: Optional[pulumi.Resource] = None,
         parked: bool = False,
         fetch_deadline_seconds: int = 28800,
+        drafter: Optional[tuple[str, str, str]] = None,
     ):
         """
         :param storage: `kimi-k3:storage` (kind s3, fsx-lustre or efs, sizes, fetchers, compile cache).
@@ -74,11 +75,13 @@ class ModelStorageArgs:
         :param compile_cache: create the shared compile-cache volume (EFS) and its PV + PVC.
         :param namespace: the serving namespace, which the compile-cache PVC lives in.
         :param fetch_deadline_seconds: every fetcher step ends by then from boot (the stack's download timeout).
+        :param drafter: (repo, revision, bucket prefix) of the speculative drafter the fetchers fetch too (kind s3).
         :param parked: only what holds the weights (the bucket; a filesystem with its S3 association and security
             group): no cluster to mount it in, no fetchers.
         """
         self.parked = parked
         self.fetch_deadline_seconds = fetch_deadline_seconds
+        self.drafter = drafter
         self.wait_for = wait_for or []
         self.storage = storage
         self.cluster_name = cluster_name

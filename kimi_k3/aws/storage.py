@@ -118,17 +118,24 @@ def fetcher_user_data(
     count: int,
     hub_version: str,
     deadline_seconds: int = 28800,
+    drafter: Optional[tuple[str, str, str]] = None,
 ) -> str:
     """Cloud-init script of one fetcher: Python 3.12 + huggingface_hub, the token from Secrets Manager (never in user
     data), the fetch script, then power off (the instance terminates: shutdown behaviour `terminate`). An EXIT trap
     powers off on every path, and on failure first writes the failing step and the log's tail to the bucket
     (fetch_checkpoint.failure_key), which the verify Job reports at once instead of polling for hours. Every step
-    ends by `deadline_seconds` from boot (the stack's download timeout): a hung step has no exit path otherwise."""
+    ends by `deadline_seconds` from boot (the stack's download timeout): a hung step has no exit path otherwise.
+    `drafter` (repo, revision, bucket prefix: kimi-k3:serving.speculation): the same program fetches this fetcher's
+    share of it first, under its own revision's prefix, with its own manifest, within the same deadline; a failure
+    is recorded under both prefixes (a share's manifest supersedes its failure record, so a finished one is not
+    failed by it)."""
     from kimi_k3.pods.fetch_checkpoint import failure_key
 
     script = base64.b64encode(FETCH_SCRIPT.read_bytes()).decode()
     failed = f"s3://{bucket}/{failure_key(prefix, index, count)}"
+    also = f"s3://{bucket}/{failure_key(drafter[2], index, count)}" if drafter else ""
     log = "/var/log/kimi-k3-fetch.log"
+    record = f'{{ echo "fetcher {index + 1}/{count} failed (exit $rc) at: $step$why"; tail -n 40 {log}; }}'
     return "\n".join(
         [
             "#!/bin/bash",
@@ -147,8 +154,9 @@ def fetcher_user_data(
             '    why=\'\'; [ "$rc" -eq 124 ] && why=" (timed out: the deadline is '
             + str(deadline_seconds)
             + ' s from boot)"',
-            f'    {{ echo "fetcher {index + 1}/{count} failed (exit $rc) at: $step$why"; tail -n 40 {log}; }} \\',
+            f"    {record} \\",
             f"      | timeout 60 aws s3 cp --only-show-errors - {failed}",
+            *([f"    {record} \\", f"      | timeout 60 aws s3 cp --only-show-errors - {also}"] if drafter else []),
             "  fi",
             "  shutdown -h now",
             "}",
@@ -157,6 +165,7 @@ def fetcher_user_data(
             f"exec > >(tee {log} | logger -t kimi-k3-fetch) 2>&1",
             # A replaced fetcher clears its share's earlier failure, so the verify Job does not report a stale one.
             f"step='clear the earlier failure'; bounded aws s3 rm --only-show-errors {failed}",
+            *([f"bounded aws s3 rm --only-show-errors {also}"] if drafter else []),
             # Staging in memory: files in flight (fetch_checkpoint.PARALLEL_FILES shards) must fit; tmpfs defaults to half.
             "step='size /dev/shm'; mount -o remount,size=110G /dev/shm",
             "step='install python'; bounded dnf install -y -q python3.12 python3.12-pip",
@@ -167,6 +176,14 @@ def fetcher_user_data(
             "step='read the token from Secrets Manager'",
             f"HF_TOKEN=$(bounded aws secretsmanager get-secret-value --secret-id {secret_arn} --query SecretString --output text)",
             "export HF_TOKEN",
+            *(
+                [
+                    f"step='fetch_checkpoint.py (drafter {drafter[0]}@{drafter[1]})'; bounded env MODEL_REPO={drafter[0]} "
+                    f"MODEL_REVISION={drafter[1]} PREFIX={drafter[2]} python3.12 /opt/fetch_checkpoint.py"
+                ]
+                if drafter
+                else []
+            ),
             "step='fetch_checkpoint.py'; bounded python3.12 /opt/fetch_checkpoint.py",
             "exit 0",
             "",

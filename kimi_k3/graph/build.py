@@ -201,7 +201,7 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         model_path += f"@{cfg.model.revision}"
     # The drafter's flags join every decoding role's before the DCP check, which refuses DCP with speculation.
     spec_flags, drafter = resolve_speculation(
-        cfg, image, node_local=cfg.storage.resolved_node_local_weights(cfg.cluster.mode), prestaged=prestaged
+        cfg, image, node_local=cfg.storage.resolved_node_local_weights(cfg.cluster.mode)
     )
     base_env = {
         "MODEL_PATH": model_path,

@@ -31,9 +31,16 @@ class Estimates:
     prefetch_seconds: float = 0.0  # the weights-prefetch DaemonSet: every GPU node holding the checkpoint
     prefetch_what: str = ""
     node_local: bool = False  # workers load the node-local copy
+    drafter_bytes: float = 0.0  # the speculative drafter staged with the weights (kimi-k3:serving.speculation)
 
     def of(self, key: str) -> float:
         return self.seconds[key]
+
+
+def staged_bytes(graph) -> int:
+    """What every weights path carries: the checkpoint, and the drafter beside it when the stack speculates."""
+    drafter = getattr(graph, "drafter", None)
+    return model.checkpoint_bytes(model.load_model_facts()) + (drafter.bytes if drafter else 0)
 
 
 def weights_backend(cfg: StackConfig) -> platforms.StorageBackend:
@@ -63,8 +70,7 @@ def prefetch_estimate(cfg: StackConfig, graph, start_seconds: float) -> tuple[fl
     checkpoint from the bucket once between them (file i by node i mod N), bounded by the Local Zone link and N
     nodes' ENA, then each receives the (N-1)/N it did not read from its peers. The two phases overlap in practice
     (a peer serves a file as soon as it holds it); they are added here."""
-    m = model.load_model_facts()
-    checkpoint, nodes = model.checkpoint_bytes(m), max(graph.nodes, 1)
+    checkpoint, nodes = staged_bytes(graph), max(graph.nodes, 1)
     backend, link = weights_backend(cfg), link_gbps(cfg)
     bucket_gbps = nodes * backend.per_client_gbps
     if backend.shared and backend.aggregate_gbps is not None:
@@ -81,6 +87,14 @@ def prefetch_estimate(cfg: StackConfig, graph, start_seconds: float) -> tuple[fl
     )
 
 
+def _drafter_per_pod(graph, role) -> int:
+    """The drafter's bytes one pod of a speculating role loads: sharded by TP like the target (sizing/memory.py)."""
+    drafter = getattr(graph, "drafter", None)
+    if drafter is None or not getattr(role, "speculative_config", None):
+        return 0
+    return round(drafter.bytes * role.gpus_per_node / role.tp)
+
+
 def load_estimate(cfg: StackConfig, graph) -> tuple[float, str]:
     """(seconds, what) for every worker pod of the graph reading its share of the weights at once."""
     m = model.load_model_facts()
@@ -88,7 +102,11 @@ def load_estimate(cfg: StackConfig, graph) -> tuple[float, str]:
         # Each pod reads its share from its own node's NVMe copy: nothing shared, nothing over the link.
         nvme = platforms.load_storage_backends()["nvme"]
         per_pod = max(
-            (memory.bytes_per_pod(m, r.tp, r.gpus_per_node, r.load_format) for r in graph.roles if r.replicas),
+            (
+                memory.bytes_per_pod(m, r.tp, r.gpus_per_node, r.load_format) + _drafter_per_pod(graph, r)
+                for r in graph.roles
+                if r.replicas
+            ),
             default=0,
         )
         if not per_pod:
@@ -98,7 +116,9 @@ def load_estimate(cfg: StackConfig, graph) -> tuple[float, str]:
         ), f"node-local nvme: {per_pod / model.GB:.0f} GB/pod at {nvme.per_client_gbps:g} GB/s"
     backend, link = weights_backend(cfg), link_gbps(cfg)
     reads = [
-        (memory.bytes_per_pod(m, r.tp, r.gpus_per_node, r.load_format), r.nodes) for r in graph.roles if r.replicas
+        (memory.bytes_per_pod(m, r.tp, r.gpus_per_node, r.load_format) + _drafter_per_pod(graph, r), r.nodes)
+        for r in graph.roles
+        if r.replicas
     ]
     if not reads:
         return 0.0, "no workers"
@@ -121,8 +141,7 @@ def estimates(cfg: StackConfig, graph) -> Estimates:
     seconds = {**d["seconds"], **cfg.estimates.seconds}
     gbps = cfg.estimates.download_gbps or d["download_gbps"]
     job_gbps = cfg.estimates.download_gbps or d["download_job_gbps"]
-    m = model.load_model_facts()
-    checkpoint = model.checkpoint_bytes(m)
+    checkpoint = staged_bytes(graph)  # the fetchers fetch the drafter too
     fetchers = cfg.storage.s3.fetchers if cfg.storage.resolved_kind == "s3" and cfg.cluster.mode == "eks" else 0
     fetch = seconds["fetcher_start"] + checkpoint / max(fetchers, 1) / (gbps * model.GB)
     load, what = load_estimate(cfg, graph)
@@ -132,7 +151,7 @@ def estimates(cfg: StackConfig, graph) -> Estimates:
     return Estimates(
         seconds=seconds,
         download_gbps=job_gbps,
-        download_seconds=checkpoint / (job_gbps * model.GB),
+        download_seconds=model.checkpoint_bytes(model.load_model_facts()) / (job_gbps * model.GB),
         load_seconds=load,
         fetch_seconds=fetch,
         fetchers=fetchers,
@@ -143,4 +162,5 @@ def estimates(cfg: StackConfig, graph) -> Estimates:
         prefetch_seconds=prefetch,
         prefetch_what=prefetch_what,
         node_local=local,
+        drafter_bytes=float(graph.drafter.bytes) if getattr(graph, "drafter", None) else 0.0,
     )

@@ -9,7 +9,7 @@ from kimi_k3.facts.sglang import ENGINE_MODULES
 from kimi_k3.graph.compile_cache import compile_cache_spec
 from kimi_k3.graph.model import Role, ServingGraph
 from kimi_k3.k8s.monitoring import ROLE_LABEL, role_labels
-from kimi_k3.k8s.node_local import PREFETCH_PORT, node_local_dir, remote_cache_path
+from kimi_k3.k8s.node_local import DRAFTER_PREFETCH_PORT, PREFETCH_PORT, node_local_dir, remote_cache_path
 from kimi_k3.k8s.objects import Obj, _arch_requirement, _env, _meta, _node_affinity, _resources
 from kimi_k3.names import (
     CACHE_VOLUME,
@@ -283,6 +283,7 @@ def weights_peers_network_policy(graph: ServingGraph) -> Obj:
     """Only the weights-prefetch DaemonSet's own pods reach its peer port (the peer server authenticates no one).
     Enforced on EKS by the VPC CNI's network policy agent (vpc-cni add-on `enableNetworkPolicy`, components/aws)."""
     peers = {"matchLabels": {"app.kubernetes.io/name": NAMES["prefetch"]}}  # the DaemonSet's selector
+    ports = [PREFETCH_PORT, *([DRAFTER_PREFETCH_PORT] if graph.drafter else [])]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -290,7 +291,13 @@ def weights_peers_network_policy(graph: ServingGraph) -> Obj:
         "spec": {
             "podSelector": peers,
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": peers}], "ports": [{"protocol": "TCP", "port": PREFETCH_PORT}]}],
+            "ingress": [
+                {
+                    "from": [{"podSelector": peers}],
+                    # The drafter's copy has its own peer port (kimi-k3:serving.speculation, node_local.py).
+                    "ports": [{"protocol": "TCP", "port": p} for p in ports],
+                }
+            ],
         },
     }
 

@@ -105,14 +105,21 @@ def download_job(
         # hf download skips complete files and resumes partial ones, so a retried pod continues.
         script += f'{TOOLS_DIR}/bin/hf download "$MODEL_REPO" --revision "$MODEL_REVISION" --local-dir "$MODEL_PATH"\n'
     d = graph.drafter
-    if d is not None and fetch_from_hub and not wait_seconds:
-        # The drafter (kimi-k3:serving.speculation), pinned and hashed like the weights, beside them in the cache:
-        # the workers read it there; upstream's pods download it from the Hub at every start instead. Verified as the
-        # weights are, index included: a drafter without model.safetensors.index.json fails the Job, naming it
-        # (~7 GB of BF16 is sharded by save_pretrained's 5 GB default, but its file list was not readable here).
-        env += _env([("DRAFTER_REPO", d.repo), ("DRAFTER_REVISION", d.revision), ("DRAFTER_PATH", d.path)])
+    if d is not None:
+        # The drafter (kimi-k3:serving.speculation), pinned and checked like the weights, beside them in the cache
+        # under its own revision's directory: the workers read it there; upstream's pods download it from the Hub at
+        # every start instead. On a writable cache this Job downloads and hashes it (also beside FSx-imported weights:
+        # the import carries only the user's bucket); with kind s3 the fetchers did, and it checks their manifests
+        # (VERIFY_MODE manifest, polling as for the weights). Verified as the weights are, index included: a drafter
+        # without model.safetensors.index.json fails the Job, naming it (~7 GB of BF16 is sharded by
+        # save_pretrained's 5 GB default, but its file list was not readable here).
+        env += _env([("DRAFTER_REPO", d.repo), ("DRAFTER_REVISION", d.revision), ("DRAFTER_PATH", d.staged_path)])
+        if not wait_seconds:
+            script += (
+                f'{TOOLS_DIR}/bin/hf download "$DRAFTER_REPO" --revision "$DRAFTER_REVISION" '
+                '--local-dir "$DRAFTER_PATH"\n'
+            )
         script += (
-            f'{TOOLS_DIR}/bin/hf download "$DRAFTER_REPO" --revision "$DRAFTER_REVISION" --local-dir "$DRAFTER_PATH"\n'
             'MODEL_REPO="$DRAFTER_REPO" MODEL_REVISION="$DRAFTER_REVISION" MODEL_PATH="$DRAFTER_PATH" '
             f"python3 /scripts/{VERIFY_SCRIPT.name}\n"
         )

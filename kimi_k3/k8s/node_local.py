@@ -6,6 +6,7 @@ from typing import Any
 
 from kimi_k3.data import recipe_file
 from kimi_k3.graph.model import ServingGraph
+from kimi_k3.graph.speculation import NODE_LOCAL_DIR as NODE_LOCAL_DRAFTER_DIR
 from kimi_k3.k8s.objects import Obj, _env, _meta, _node_affinity, with_config_checksums
 from kimi_k3.names import NAMES, PART_OF, PREFETCH_COMPONENT, PREPULL_COMPONENT, REMOTE_CACHE_VOLUME
 from kimi_k3.pods import program_path
@@ -20,6 +21,9 @@ PREFETCH_SCRIPT = program_path("weights_prefetch.py")
 
 
 PREFETCH_PORT = 8080  # peers copy each other's files over the pod network
+
+
+DRAFTER_PREFETCH_PORT = 8081  # the drafter's copy (kimi-k3:serving.speculation): its own peer server, same pod IP
 
 
 def _gpu_node_daemonset(
@@ -121,36 +125,117 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
             "ports": [{"name": "peer", "port": PREFETCH_PORT}],
         },
     }
+    container = _prefetch_container(
+        graph,
+        "prefetch",
+        image,
+        port_name="peer",
+        source=f"{remote}/{model_dir_name(graph)}",
+        local_root=local_mount,
+        repo=model_dir_name(graph),
+        revision=graph.model_revision,
+        port=PREFETCH_PORT,
+        fs_path=node_local_fs_path(),
+        resources={"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "16Gi"}},
+    )
+    containers = [container]
+    d = graph.drafter
+    if d is not None:
+        # The drafter's copy: the same program, verified against its own manifest (its revision), into
+        # <this revision's dir>/drafter/<drafter revision>/, so the workers' one node-local mount holds both and a
+        # changed drafter revision never mixes with the old one; the pod is Ready only once both are complete.
+        sub = f"{graph.model_revision}/{NODE_LOCAL_DRAFTER_DIR}"
+        containers.append(
+            _prefetch_container(
+                graph,
+                "prefetch-drafter",
+                image,
+                port_name="peer-drafter",
+                source=f"{remote}/{d.cache_dir}",
+                local_root=f"{local_mount}/{sub}",
+                repo=d.cache_dir,
+                revision=d.revision,
+                port=DRAFTER_PREFETCH_PORT,
+                fs_path=f"{node_local_fs_path()}/{sub}",
+                resources={"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+            )
+        )
+        service["spec"]["ports"].append({"name": "peer-drafter", "port": DRAFTER_PREFETCH_PORT})
+    # pulumi-kubernetes awaits the rollout (every pod Ready = every node holds the checkpoint); the copy may
+    # take longer than its default timeout.
+    daemonset = _gpu_node_daemonset(
+        graph,
+        n["prefetch"],
+        PREFETCH_COMPONENT,
+        node_selector,
+        {
+            "containers": containers,
+            "terminationGracePeriodSeconds": 5,
+            "volumes": [
+                {"name": "scripts", "configMap": {"name": f"{n['prefetch']}-script"}},
+                {"name": REMOTE_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": n["pvc"], "readOnly": True}},
+                {"name": "node-local", "hostPath": {"path": node_local_root(), "type": "DirectoryOrCreate"}},
+            ],
+        },
+        config_maps=(script,),
+        annotations={"pulumi.com/timeoutSeconds": str(graph.download_timeout_seconds)},
+    )
+    # A revision change replaces every pod at once: replaced one by one (the default, maxUnavailable 1), the k-th
+    # new pod finds its preferred readers still old (404) and reads (N-k+1)/N of the checkpoint from the bucket,
+    # (N+1)/2 checkpoints over the Local Zone link in all. Old workers keep the old copy (weights_prefetch.make_room).
+    daemonset["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}
+    return [script, service, daemonset]
+
+
+def _prefetch_container(
+    graph: ServingGraph,
+    name: str,
+    image: str,
+    *,
+    port_name: str,
+    source: str,
+    local_root: str,
+    repo: str,
+    revision: str,
+    port: int,
+    fs_path: str,
+    resources: Obj,
+) -> Obj:
+    """One kimi_k3/pods/weights_prefetch.py copy: SOURCE (a checkpoint in the bucket, with its manifest) onto
+    LOCAL_ROOT/<revision>/<repo> of this node, Ready when that holds every file verified."""
+    n = NAMES
+    local_mount = "/node-local"
+    remote = remote_cache_path(graph)
     env = _env(
         [
-            ("SOURCE", f"{remote}/{model_dir_name(graph)}"),
-            ("LOCAL_ROOT", local_mount),
-            ("MODEL_REPO", model_dir_name(graph)),
-            ("MODEL_REVISION", graph.model_revision),
+            ("SOURCE", source),
+            ("LOCAL_ROOT", local_root),
+            ("MODEL_REPO", repo),
+            ("MODEL_REVISION", revision),
             ("PEERS_DNS", f"{n['peers']}.{graph.namespace}.svc.cluster.local"),
             ("EXPECTED_PEERS", str(graph.nodes)),
-            ("PORT", str(PREFETCH_PORT)),
+            ("PORT", str(port)),
             ("THREADS", "16"),
             # Bounds of every wait on a peer (kimi_k3/pods/weights_prefetch.py): past them a file comes from the bucket.
             ("PEER_JOIN_SECONDS", "60"),
             ("PEER_WAIT_SECONDS", "1800"),
             ("STALL_SECONDS", "120"),
-            ("FS_PATH", node_local_fs_path()),
+            ("FS_PATH", fs_path),
             ("PYTHONUNBUFFERED", "1"),
         ]
     )
     env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
-    container = {
-        "name": "prefetch",
+    return {
+        "name": name,
         "image": image,
         "command": ["python3", f"/scripts/{PREFETCH_SCRIPT.name}"],
         "env": env,
-        "ports": [{"name": "peer", "containerPort": PREFETCH_PORT}],
+        "ports": [{"name": port_name, "containerPort": port}],
         "readinessProbe": {
-            "exec": {"command": ["test", "-f", f"{local_mount}/{graph.model_revision}/{PREFETCH_READY_MARKER}"]},
+            "exec": {"command": ["test", "-f", f"{local_root}/{revision}/{PREFETCH_READY_MARKER}"]},
             "periodSeconds": 10,
         },
-        "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "16Gi"}},
+        "resources": resources,
         # Root (uid 0, written out: the download image's USER) owns the host directory kubelet creates (a hostPath
         # ignores fsGroup); no capability beyond that, and it writes nowhere but that directory.
         "securityContext": {
@@ -168,30 +253,6 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
             {"name": "node-local", "mountPath": local_mount},
         ],
     }
-    # pulumi-kubernetes awaits the rollout (every pod Ready = every node holds the checkpoint); the copy may
-    # take longer than its default timeout.
-    daemonset = _gpu_node_daemonset(
-        graph,
-        n["prefetch"],
-        PREFETCH_COMPONENT,
-        node_selector,
-        {
-            "containers": [container],
-            "terminationGracePeriodSeconds": 5,
-            "volumes": [
-                {"name": "scripts", "configMap": {"name": f"{n['prefetch']}-script"}},
-                {"name": REMOTE_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": n["pvc"], "readOnly": True}},
-                {"name": "node-local", "hostPath": {"path": node_local_root(), "type": "DirectoryOrCreate"}},
-            ],
-        },
-        config_maps=(script,),
-        annotations={"pulumi.com/timeoutSeconds": str(graph.download_timeout_seconds)},
-    )
-    # A revision change replaces every pod at once: replaced one by one (the default, maxUnavailable 1), the k-th
-    # new pod finds its preferred readers still old (404) and reads (N-k+1)/N of the checkpoint from the bucket,
-    # (N+1)/2 checkpoints over the Local Zone link in all. Old workers keep the old copy (weights_prefetch.make_room).
-    daemonset["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}
-    return [script, service, daemonset]
 
 
 def image_prepull(graph: ServingGraph, node_selector: dict[str, str] | None = None) -> Obj:

@@ -44,8 +44,12 @@ def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
     if t in TYPE_KEYS:
         return est.of(TYPE_KEYS[t]), TYPE_KEYS[t]
     if t == "aws:ec2/instance:Instance" and is_fetcher(r):
-        share = model.checkpoint_bytes(model.load_model_facts()) / max(est.fetchers, 1) / model.GB
-        return est.fetch_seconds, f"fetcher_start + {share:.0f} GB from the Hub into S3 at {est.fetch_gbps:g} GB/s"
+        share = (model.checkpoint_bytes(model.load_model_facts()) + est.drafter_bytes) / max(est.fetchers, 1) / model.GB
+        what = " (weights + drafter)" if est.drafter_bytes else ""
+        return (
+            est.fetch_seconds,
+            f"fetcher_start + {share:.0f} GB{what} from the Hub into S3 at {est.fetch_gbps:g} GB/s",
+        )
     if t == "kubernetes:helm.sh/v3:Release":
         key = HELM_KEYS.get(inputs.get("name", ""), "helm_gpu_operator")
         return est.of(key), key
@@ -64,9 +68,12 @@ def duration(r: dict[str, Any], est: Estimates) -> tuple[float, str]:
         return est.load_seconds + est.of(est.warmup_key), f"weights load ({est.load_what}) + {est.warmup_key}"
     if t == "kubernetes:batch/v1:Job":
         verify = est.of("verify_checkpoint")
+        # The drafter (kimi-k3:serving.speculation) is downloaded by the Job wherever it writes the cache.
+        drafter = est.drafter_bytes / (est.download_gbps * model.GB) if downloads_from_hub(inputs, "DRAFTER") else 0.0
+        plus = f" + drafter {est.drafter_bytes / model.GB:.1f} GB" if drafter else ""
         if downloads_from_hub(inputs):
-            return est.download_seconds + verify, f"download {est.download_gbps:g} GB/s + verify"
-        return verify, "verify_checkpoint (pre-staged weights, no download)"
+            return est.download_seconds + drafter + verify, f"download {est.download_gbps:g} GB/s{plus} + verify"
+        return drafter + verify, f"verify_checkpoint (pre-staged weights, no download){plus}"
     if t == "kubernetes:apps/v1:DaemonSet" and _component(r) == PREFETCH_COMPONENT:
         return est.prefetch_seconds, est.prefetch_what
     if t == "kubernetes:apps/v1:DaemonSet" and is_image_prepull(r):
@@ -111,13 +118,14 @@ def _is_graph_ready_job(job_inputs: dict[str, Any]) -> bool:
     return labels.get("app.kubernetes.io/component") == "graph-ready"
 
 
-def downloads_from_hub(job_inputs: dict[str, Any]) -> bool:
-    """Whether a model-cache Job runs `hf download` (with storage.fsx.s3ImportPath it only verifies)."""
+def downloads_from_hub(job_inputs: dict[str, Any], what: str = "MODEL") -> bool:
+    """Whether a model-cache Job runs `hf download` of the weights (what MODEL; with storage.fsx.s3ImportPath it only
+    verifies them) or of the drafter (what DRAFTER)."""
     pod = job_inputs.get("spec", {}).get("template", {}).get("spec", {})
     commands = [
         c.get("command", []) + c.get("args", []) for c in pod.get("initContainers", []) + pod.get("containers", [])
     ]
-    return "hf download" in json.dumps(commands)
+    return f'hf download "${what}_REPO"' in " ".join(a for c in commands for a in c)
 
 
 @dataclass(frozen=True)

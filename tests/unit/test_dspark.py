@@ -1,5 +1,5 @@
 """DSpark (kimi-k3:serving.speculation): staged with the weights, no Hub access in any pod, counted by the planner
-and the performance model, refused where the image, DCP or the weights path cannot run it."""
+and the performance model, refused where the image or DCP cannot run it."""
 
 from __future__ import annotations
 
@@ -111,9 +111,8 @@ def test_the_performance_model_takes_the_acceptance_length():
             STAGED,
             ["kimi-k3:serving.roles.decode.dcp = 8", "decode context parallelism"],
         ),
-        # Weights paths that do not stage the drafter yet: refused, never a worker pointing at nothing.
-        (STACK, {"speculation": SPEC}, None, ["kimi-k3:serving.speculation", "storage kind s3"]),
-        (STACK, {"speculation": SPEC}, {"kind": "efs"}, ["kimi-k3:serving.speculation", "nodeLocalWeights"]),
+        # (The s3 fetchers, the FSx import and the node-local copy now stage the drafter: no longer refused, see
+        # tests/stacks/test_dspark_storage_paths.py.)
         (
             STACK,
             {"speculation": {**SPEC, "numSpeculativeTokens": 8}},
