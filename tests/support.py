@@ -60,3 +60,23 @@ def render_stack_once(stack: str, root: Path) -> Rendered:
     rendered = render_once(stack, stack_file.config, stack_file.secrets, root)
     rendered.assumed = stack_file.assumed
     return rendered
+
+
+def command_stub(bin_: Path, calls: Path):
+    """A maker of fake commands in `bin_` (put first on PATH): each logs `name args` to `calls`, runs `body`, exits 0."""
+
+    def stub(name: str, body: str = "") -> None:
+        (bin_ / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\n{body}\nexit 0\n')
+        (bin_ / name).chmod(0o755)
+
+    return stub
+
+
+def pod_specs(objects):
+    """(label, pod spec) of every pod the rendered objects start: DGD components and workload templates."""
+    for o in objects:
+        if o["kind"] == "DynamoGraphDeployment":
+            for c in o["spec"]["components"]:
+                yield f"{c['name']} (DGD)", c["podTemplate"]["spec"]
+        elif o["kind"] in ("Job", "DaemonSet", "Deployment", "StatefulSet"):
+            yield f"{o['metadata']['name']} ({o['kind']})", o["spec"]["template"]["spec"]

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from conftest import by_kind, env_of, main_container, render_with, workers
+from support import command_stub
 
 from kimi_k3 import flags as argv_flags
 from kimi_k3.aws import storage
@@ -33,9 +34,7 @@ def _user_data(tmp_path: Path, fail_drafter: bool) -> tuple[subprocess.Completed
     bin_.mkdir()
     records.mkdir()
 
-    def stub(name: str, body: str = "") -> None:
-        (bin_ / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\n{body}\nexit 0\n')
-        (bin_ / name).chmod(0o755)
+    stub = command_stub(bin_, calls)
 
     for name in ("mount", "dnf", "shutdown"):
         stub(name)

@@ -11,6 +11,7 @@ import re
 
 import pytest
 from conftest import by_kind, env_of, main_container, render_with, workers
+from support import pod_specs
 
 from kimi_k3 import flags as argv_flags
 from kimi_k3.commands.check_targets import resource_infos
@@ -44,15 +45,6 @@ def _render(path: str, rev: str = REV):
 @pytest.fixture(scope="module")
 def renders():
     return {path: _render(path) for path in PATHS}
-
-
-def _pod_specs(objects):
-    for o in objects:
-        if o["kind"] == "DynamoGraphDeployment":
-            for c in o["spec"]["components"]:
-                yield f"{c['name']} (DGD)", c["podTemplate"]["spec"]
-        elif o["kind"] in ("Job", "DaemonSet", "Deployment", "StatefulSet"):
-            yield f"{o['metadata']['name']} ({o['kind']})", o["spec"]["template"]["spec"]
 
 
 def _job(r):
@@ -91,7 +83,7 @@ def test_renders_and_check_passes(renders, path):
 def test_only_the_stager_names_the_hub(renders, path):
     r = renders[path]
     stagers = []
-    for name, pod in _pod_specs(r.objects):
+    for name, pod in pod_specs(r.objects):
         text = json.dumps(pod)
         assert "huggingface.co" not in text and "hf://" not in text and "snapshot_download" not in text, name
         if DRAFTER in text.replace(f"{DRAFTER}@{REV}", ""):  # the repo id itself, not a revision-keyed local dir

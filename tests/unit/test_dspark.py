@@ -7,6 +7,7 @@ import json
 
 import pytest
 from conftest import assert_one_clear_error, by_kind, env_of, main_container, render_with, workers
+from support import pod_specs
 
 from kimi_k3 import flags as argv_flags
 
@@ -37,15 +38,6 @@ def dspark_render():
     return render_with(STACK, serving={"speculation": SPEC}, storage=STAGED)
 
 
-def _pod_specs(objects):
-    for o in objects:
-        if o["kind"] == "DynamoGraphDeployment":
-            for c in o["spec"]["components"]:
-                yield f"{c['name']} (DGD)", c["podTemplate"]["spec"]
-        elif o["kind"] in ("Job", "DaemonSet", "Deployment", "StatefulSet"):
-            yield f"{o['metadata']['name']} ({o['kind']})", o["spec"]["template"]["spec"]
-
-
 def test_workers_read_the_staged_drafter_and_no_pod_reaches_the_hub_for_it(dspark_render):
     dgd = by_kind(dspark_render.objects, "DynamoGraphDeployment")[0]
     staged = f"/model-cache/{DRAFTER}@{REV}"
@@ -57,7 +49,7 @@ def test_workers_read_the_staged_drafter_and_no_pod_reaches_the_hub_for_it(dspar
         cache = [v for v in m["volumeMounts"] if v["mountPath"] == "/model-cache"]
         assert cache and all(v.get("readOnly") for v in cache), c["name"]  # read-only to workers
     stagers = []
-    for name, pod in _pod_specs(dspark_render.objects):
+    for name, pod in pod_specs(dspark_render.objects):
         text = json.dumps(pod)
         assert "huggingface.co" not in text and "hf://" not in text and "snapshot_download" not in text, name
         if DRAFTER in text.replace(staged, ""):  # the repo id other than inside the staged local path

@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from support import command_stub
+
 from kimi_k3.aws import storage
 
 
@@ -16,9 +18,7 @@ def test_a_hung_fetch_is_cut_at_the_deadline_recorded_and_powered_off(tmp_path: 
     bin_, calls, record = tmp_path / "bin", tmp_path / "calls", tmp_path / "record"
     bin_.mkdir()
 
-    def stub(name: str, body: str = "") -> None:
-        (bin_ / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\n{body}\nexit 0\n')
-        (bin_ / name).chmod(0o755)
+    stub = command_stub(bin_, calls)
 
     for name in ("mount", "dnf", "shutdown"):
         stub(name)

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import command_stub
 
 from kimi_k3.aws import iam, storage
 from kimi_k3.pods import fetch_checkpoint as fc
@@ -30,9 +31,7 @@ def _run(tmp_path: Path, fail: str | None) -> tuple[int, list[str], str]:
     calls = tmp_path / "calls"
     record = tmp_path / "record"
 
-    def stub(name: str, body: str = "") -> None:
-        (bin_ / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\n{body}\nexit 0\n')
-        (bin_ / name).chmod(0o755)
+    stub = command_stub(bin_, calls)
 
     fails = lambda key: f'[ "{fail}" = "{key}" ] && exit 3'  # noqa: E731
     stub("mount", fails("mount"))
