@@ -14,6 +14,7 @@ from kimi_k3.config.base import ConfigError
 from kimi_k3.data import recipe_file
 
 SOURCE = "recipes/platform/platform-set.yaml"
+ADDONS_SOURCE = "recipes/platform/addons.yaml"
 
 
 def platform_set() -> dict[str, Any]:
@@ -61,6 +62,10 @@ def check(
     if dynamo is None:
         return
     entry = data["dynamoPlatform"][dynamo]
+    spec = next(a for a in addons if a.key == "dynamoPlatform" and a.install)
+    problem = chart_values_problem(dynamo, spec.values, entry)
+    if problem:
+        raise ConfigError(problem)
     for where, image in (images or {}).items():
         allowed = image_platforms(image)
         if allowed is not None and minor(dynamo) not in allowed:
@@ -92,6 +97,30 @@ def check(
             raise ConfigError(
                 f"{kind} {api}: not served by the installed platform set (serves {', '.join(served[kind])}; {SOURCE})"
             )
+
+
+def _at(values: Mapping[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        values = values.get(part) if isinstance(values, Mapping) else None
+    return values
+
+
+def chart_values_problem(version: str, values: Mapping[str, Any], entry: Mapping[str, Any]) -> str | None:
+    """Why dynamo-platform `version`'s own validate-values template would `fail` the install on `values`
+    (`groveWithBundledKai` in the set), or None. Mirrors the chart: Grove enabled or installed, KAI installed."""
+    grove, kai = _at(values, "global.grove") or {}, _at(values, "global.kai-scheduler") or {}
+    if not ((grove.get("enabled") or grove.get("install")) and kai.get("install")):
+        return None
+    for path, want in (entry.get("groveWithBundledKai") or {}).items():
+        have = _at(values, path)
+        if have is None or str(have) != str(want):
+            return (
+                f"kimi-k3:platform.dynamoPlatform.values.{path} = {have if have is not None else '(unset)'}: "
+                f"dynamo-platform {version} installs Grove and KAI together here, and its chart refuses the install "
+                f'unless this is "{want}" ({SOURCE}, groveWithBundledKai; the default in {ADDONS_SOURCE}); '
+                f'allowed: "{want}", or global.kai-scheduler.install = false with your own KAI'
+            )
+    return None
 
 
 def _version(v: str) -> tuple[int, ...]:

@@ -111,7 +111,7 @@ def test_a_dra_driver_the_platform_does_not_support_is_refused(monkeypatch):
 
     class Addon:
         def __init__(self, key, version):
-            self.key, self.version, self.install = key, version, True
+            self.key, self.version, self.install, self.values = key, version, True, {}
 
     with pytest.raises(ConfigError) as err:
         platform_set.check([Addon("draDriver", "0.5.0"), Addon("dynamoPlatform", "1.5.0")], "1.34", {})

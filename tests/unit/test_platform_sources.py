@@ -23,7 +23,7 @@ K3_15 = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0-kimi-k3-dev.1"
 
 class Addon:
     def __init__(self, key: str, version: str):
-        self.key, self.version, self.install = key, version, True
+        self.key, self.version, self.install, self.values = key, version, True, {}
 
 
 def _entry(version: str) -> dict:
