@@ -28,14 +28,15 @@ def stage_ranges(num_layers: int, pp: int) -> list[range]:
     return out
 
 
+def _held(ids: tuple[int, ...], layers: range) -> tuple[int, ...]:
+    # Layer ids are 1-based in the config (recipes/facts/model.yaml); stages index layers from 0.
+    return tuple(i for i in ids if i - 1 in layers)
+
+
 def stage_facts(m: ModelFacts, pp: int, stage: int) -> ModelFacts:
     """The model as one stage holds it: only its MLA and KDA layers (KV pages, KDA state and grouping follow)."""
     layers = stage_ranges(m.num_hidden_layers, pp)[stage]
-    return replace(
-        m,
-        mla_layers=tuple(i for i in m.mla_layers if i in layers),
-        kda_layers=tuple(i for i in m.kda_layers if i in layers),
-    )
+    return replace(m, mla_layers=_held(m.mla_layers, layers), kda_layers=_held(m.kda_layers, layers))
 
 
 def stage_weights_bytes_per_gpu(m: ModelFacts, tp: int, pp: int, stage: int) -> float:
@@ -46,8 +47,8 @@ def stage_weights_bytes_per_gpu(m: ModelFacts, tp: int, pp: int, stage: int) -> 
     moe = [i for i in layers if i >= m.first_k_dense_replace]
     share = {
         **{k: len(moe) / (m.num_hidden_layers - m.first_k_dense_replace) for k in _MOE},
-        **{k: sum(i in layers for i in m.kda_layers) / len(m.kda_layers) for k in _KDA},
-        **{k: sum(i in layers for i in m.mla_layers) / len(m.mla_layers) for k in _MLA},
+        **{k: len(_held(m.kda_layers, layers)) / len(m.kda_layers) for k in _KDA},
+        **{k: len(_held(m.mla_layers, layers)) / len(m.mla_layers) for k in _MLA},
         "dense_mlp": (len(layers) - len(moe)) / max(m.first_k_dense_replace, 1),
         "norms": len(layers) / m.num_hidden_layers,
         "embedding": 1.0 if stage == 0 else 0.0,
