@@ -122,3 +122,9 @@ def test_gpu_nodes_are_four_x86_p5en(h200):
     assert (role.nodes, role.gpus, role.pp) == (4, 32, 4)
     nodes = h200.blueprint.config.cluster.gpu_nodes
     assert (nodes.instance_type, nodes.ami_type) == ("p5en.48xlarge", "AL2023_x86_64_NVIDIA")
+
+
+def test_on_demand_nodes_need_no_reservation(h200):
+    """p5en is sold on demand (recipes/facts/aws.yaml): no Capacity Block reservation is assumed for it."""
+    assert h200.blueprint.config.cluster.gpu_nodes.capacity_type == "ON_DEMAND"
+    assert not any("capacityReservationId" in a for a in h200.assumed)
