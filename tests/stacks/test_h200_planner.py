@@ -124,3 +124,10 @@ def test_gb200_without_clique_or_channel_is_still_caught(dgds):
 
 def test_memory_rule_plans_the_pipeline(dgds):
     assert _findings(check_model_fits_at_tp, [dgds["h200"]]) == []
+
+
+def test_rehearsal_times_pp_with_the_mockers_own_model_and_says_why():
+    from kimi_k3.rehearsal.plan import perf_profile
+
+    with pytest.raises(perf.PerfError, match="TP8 x PP4 on h200: no pipeline-parallel layout"):
+        perf_profile(Blueprint.for_stack("h200").graph)
