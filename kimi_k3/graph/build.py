@@ -228,6 +228,8 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         tp, nodes = topology[key]
         extra = over.extra_args if over else {}
         if sglang:
+            if rr.pp > 1:  # SGLang's pipeline flags are not modelled (recipes/facts/sglang.yaml)
+                raise ConfigError(f"recipes/profiles/{cfg.recipe}.yaml: roles.{key}.pp = {rr.pp}: allowed: 1 (SGLang)")
             roles.append(_sglang_role(key, rr, over, recipe, cfg, tp, nodes, util, model_path, base_env, image, ctx))
             continue
         _check_overridable(extra, DERIVED_WORKER_FLAGS, f"kimi-k3:serving.roles.{key}.extraArgs")
