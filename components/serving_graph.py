@@ -128,7 +128,8 @@ class ServingGraph(pulumi.ComponentResource):
         checks = []
         pf = args.preflight
         by_key = dict(zip(g.compute_domains, domains))  # roles handing KV over NVLink share one domain
-        multinode = [(r, by_key[r.compute_domain]) for r in g.roles if r.nodes_per_replica > 1]
+        # The fabric preflight checks an NVLink group (IMEX, clique): none where NVLink ends at the node (H200).
+        multinode = [(r, by_key[r.compute_domain]) for r in g.roles if r.nodes_per_replica > 1 and r.compute_domain]
         if pf is not None and pf.enabled and multinode:
             script = register(
                 f"{name}-preflight-script",

@@ -36,6 +36,14 @@ def stack_speculation(name: str, acceptance_length: Optional[float] = None) -> p
 
 
 def layout_of(stack: planner.StackPlan, speculation: perf.Speculation = perf.PLAIN) -> perf.Layout:
+    staged = [r.spec for r in stack.roles if r.spec.pp > 1]
+    if staged:  # refused, not approximated: a PP pipeline's speed is not a TP group's
+        s = staged[0]
+        raise perf.PerfError(
+            f"role {s.name}: TP{s.tp} x PP{s.pp} on {s.gpu}: the performance model has no pipeline-parallel "
+            f"layout (no aiconfigurator point in recipes/facts/perf-raw.yaml, no calibrated point in "
+            f"recipes/facts/perf-measurements.yaml for PP or for {s.gpu}); no speed, cost per token or SLA is estimated"
+        )
     return perf.Layout.from_roles(
         (
             perf.RoleLayout(

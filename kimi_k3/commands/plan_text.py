@@ -19,7 +19,8 @@ def render_table(stack: planner.StackPlan, title: str) -> str:
         rows += [
             (
                 f"[{r.spec.name}]",
-                f"{p.gpu} TP{p.tp} DCP{p.dcp} x{r.spec.replicas}, util {p.gpu_memory_utilization}, "
+                f"{p.gpu} TP{p.tp}{f' x PP{p.pp} (tightest stage)' if p.pp > 1 else ''} DCP{p.dcp} "
+                f"x{r.spec.replicas}, util {p.gpu_memory_utilization}, "
                 f"KV {p.kv_cache_dtype}, spec {p.spec_tokens}, prefix caching "
                 f"{'on' if p.prefix_caching else 'off'}, block {p.block_size}",
             ),

@@ -192,6 +192,7 @@ class StackConfig(Strict):
         "gb200-disagg-sglang",
         "gb300-sglang",
         "gb300-disagg-sglang",
+        "h200",
     ]
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)

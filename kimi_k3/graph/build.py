@@ -15,6 +15,7 @@ from kimi_k3.data import recipe_file
 from kimi_k3.facts.aws import load_aws_facts
 from kimi_k3.facts.images import NODE_ARCHES, image_facts, image_tag, kube_arch, names_runtime_version, pin_problem
 from kimi_k3.facts.platforms import load_platforms
+from kimi_k3.facts.vllm_flags import kv_cache_dtype_flag
 from kimi_k3.graph.compile_cache import compile_cache_env, compile_cache_key
 from kimi_k3.graph.kv_transport import _kv_over_efa, choose_kv_transport
 from kimi_k3.graph.model import Frontend, ProvidedDomain, Role, ServingGraph
@@ -227,6 +228,8 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
         tp, nodes = topology[key]
         extra = over.extra_args if over else {}
         if sglang:
+            if rr.pp > 1:  # SGLang's pipeline flags are not modelled (recipes/facts/sglang.yaml)
+                raise ConfigError(f"recipes/profiles/{cfg.recipe}.yaml: roles.{key}.pp = {rr.pp}: allowed: 1 (SGLang)")
             roles.append(_sglang_role(key, rr, over, recipe, cfg, tp, nodes, util, model_path, base_env, image, ctx))
             continue
         _check_overridable(extra, DERIVED_WORKER_FLAGS, f"kimi-k3:serving.roles.{key}.extraArgs")
@@ -236,8 +239,9 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
             "--model": model_path,
             "--served-model-name": cfg.model.served_model_name,
             "--tensor-parallel-size": tp,
+            **({"--pipeline-parallel-size": rr.pp} if rr.pp > 1 else {}),
             "--gpu-memory-utilization": util,
-            "--kv-cache-dtype": recipe.kv_cache_dtype,
+            "--kv-cache-dtype": kv_cache_dtype_flag(recipe.kv_cache_dtype),  # vLLM's spelling: bf16 -> bfloat16
             "--max-model-len": recipe.max_model_len,
             "--block-size": 0,  # set below from the role's final flags (role_fields)
         }
@@ -298,7 +302,8 @@ def build_graph(stack: str, cfg: StackConfig) -> ServingGraph:
                 dcp=dcp,
                 compile_cache_key=cache_key,
                 nvlink_group=name if transport == "nvlink" else f"{name}-{key}",
-                compute_domain="nvlink" if shared_domain else key,
+                compute_domain=("nvlink" if shared_domain else key) if platform.nvlink_domain_nodes > 1 else "",
+                pp=rr.pp,
                 **fields,
             )
         )

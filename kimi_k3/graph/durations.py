@@ -103,7 +103,7 @@ def load_estimate(cfg: StackConfig, graph) -> tuple[float, str]:
         nvme = platforms.load_storage_backends()["nvme"]
         per_pod = max(
             (
-                memory.bytes_per_pod(m, r.tp, r.gpus_per_node, r.load_format) + _drafter_per_pod(graph, r)
+                memory.bytes_per_pod(m, r.tp * r.pp, r.gpus_per_node, r.load_format) + _drafter_per_pod(graph, r)
                 for r in graph.roles
                 if r.replicas
             ),
@@ -116,7 +116,7 @@ def load_estimate(cfg: StackConfig, graph) -> tuple[float, str]:
         ), f"node-local nvme: {per_pod / model.GB:.0f} GB/pod at {nvme.per_client_gbps:g} GB/s"
     backend, link = weights_backend(cfg), link_gbps(cfg)
     reads = [
-        (memory.bytes_per_pod(m, r.tp, r.gpus_per_node, r.load_format) + _drafter_per_pod(graph, r), r.nodes)
+        (memory.bytes_per_pod(m, r.tp * r.pp, r.gpus_per_node, r.load_format) + _drafter_per_pod(graph, r), r.nodes)
         for r in graph.roles
         if r.replicas
     ]

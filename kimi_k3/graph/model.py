@@ -39,7 +39,8 @@ class Role:
     # Subdirectory of the shared compile-cache volume this role's pods mount (one per image + flags), "" = none.
     compile_cache_key: str = ""
     # Key of the ComputeDomain (IMEX domain) this role claims: roles that hand KV over NVLink share one, since a
-    # pod cannot import memory exported in another IMEX domain (NVIDIA DRA driver docs).
+    # pod cannot import memory exported in another IMEX domain (NVIDIA DRA driver docs). "" = none: the platform's
+    # NVLink domain is one node (H200), so no TP group spans nodes and nothing is shared over NVLink across them.
     compute_domain: str = ""
     # Typed from the role's final flags once (graph/build.py); `args` is their rendering, never parsed back.
     block_size: int = 0  # vLLM's aligned hybrid block (--block-size)
@@ -48,10 +49,11 @@ class Role:
     max_num_seqs: Optional[int] = None  # --max-num-seqs: requests one worker runs at once (None = vLLM's default)
     speculative_config: str = ""  # --speculative-config JSON as the recipe gives it, "" = none
     engine: str = "vllm"  # vllm | sglang: the worker module and whose flags `args` are (recipe `engine`)
+    pp: int = 1  # pipeline stages per replica (--pipeline-parallel-size): a replica is tp x pp GPUs
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.replicas
+        return self.tp * self.pp * self.replicas
 
     @property
     def nodes(self) -> int:
@@ -161,7 +163,7 @@ class ServingGraph:
     @property
     def compute_domains(self) -> tuple[str, ...]:
         """The ComputeDomain keys roles claim, each once, in role order."""
-        return tuple(dict.fromkeys(r.compute_domain for r in self.roles))
+        return tuple(dict.fromkeys(r.compute_domain for r in self.roles if r.compute_domain))
 
     @property
     def frontend_service(self) -> str:

@@ -14,6 +14,7 @@ DERIVED_WORKER_FLAGS = {
     "--model": "kimi-k3:model",
     "--served-model-name": "kimi-k3:model.servedModelName",
     "--tensor-parallel-size": "kimi-k3:serving.roles.<role>.tp",
+    "--pipeline-parallel-size": "the recipe role's pp",
     "--gpu-memory-utilization": "kimi-k3:serving.roles.<role>.gpuMemoryUtilization",
     "--kv-cache-dtype": "the recipe's kvCacheDtype",
     "--max-model-len": "the recipe's maxModelLen",
@@ -35,6 +36,8 @@ class RoleRecipe(Strict):
     )
     type: Literal["prefill", "decode", "worker"]
     tp: int = Field(ge=1)
+    # vLLM pipeline stages (--pipeline-parallel-size): each TP group in one NVLink domain, stages across nodes.
+    pp: int = Field(1, ge=1)
     replicas: int = Field(ge=0)
     gpu_memory_utilization: float = Field(alias="gpuMemoryUtilization", gt=0, le=1)
     shared_memory_size: Quantity = Field(alias="sharedMemorySize")
@@ -60,7 +63,7 @@ class WorkerRecipe(Strict):
 
 
 class Recipe(Strict):
-    platform: Literal["gb200", "gb300"]
+    platform: Literal["gb200", "gb300", "h200"]
     # The engine every worker role runs (recipes/facts/sglang.yaml for SGLang's flags, parsers, KV transfer, block).
     engine: Literal["vllm", "sglang"] = "vllm"
     image: str

@@ -15,6 +15,7 @@ def role_specs(graph: ServingGraph) -> list[RoleSpec]:
             name=r.key,
             gpu=graph.platform.name,
             tp=r.tp,
+            pp=r.pp,
             nodes_per_replica=r.nodes_per_replica,
             replicas=r.replicas,
             gpu_memory_utilization=r.gpu_memory_utilization,

@@ -7,6 +7,7 @@ import json
 from typing import Optional
 
 from kimi_k3.config.base import FlagValue
+from kimi_k3.facts.vllm_flags import planner_kv_dtype
 from kimi_k3.sizing.memory import aligned_block_size
 
 
@@ -33,7 +34,7 @@ def role_fields(flags: dict[str, FlagValue]) -> dict[str, object]:
         # KV events and Dynamo's model card all use it.
         "block_size": aligned_block_size(
             int(_flag(flags, "--tensor-parallel-size") or 1),
-            kv_cache_dtype="bf16" if dtype == "auto" else dtype,
+            kv_cache_dtype=planner_kv_dtype(dtype),
             spec_tokens=int(json.loads(spec or "{}").get("num_speculative_tokens", 0) or 0),
             prefix_caching=prefix_caching,
         ),

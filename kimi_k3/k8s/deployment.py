@@ -163,20 +163,27 @@ def _gpu_group_placement(graph: ServingGraph, role: Role, group_labels: dict[str
             }
         ]
     }
-    # Nothing in the scheduler keeps a TP group inside one NVLink domain: require a shared clique.
-    same_clique = [{"labelSelector": {"matchLabels": group_labels}, "topologyKey": CLIQUE_KEY}]
     facts = graph.node_facts  # the cloud's: labels GPU pods must select, devices they must claim (empty on EKS)
     placement: Obj = {"nodeSelector": dict(facts.gpu_node_labels)} if facts.gpu_node_labels else {}
+    affinity: Obj = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": gpu_affinity}}
+    channel = []
+    if _claims_domain(graph, role):
+        # Nothing in the scheduler keeps a TP group inside one NVLink domain: require a shared clique.
+        same_clique = [{"labelSelector": {"matchLabels": group_labels}, "topologyKey": CLIQUE_KEY}]
+        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": same_clique}
+        channel = [{"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_template_name(graph, role)}]
     return {
         **placement,
-        "affinity": {
-            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": gpu_affinity},
-            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": same_clique},
-        },
+        "affinity": affinity,
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "resourceClaims": [{"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_template_name(graph, role)}]
+        "resourceClaims": channel
         + [{"name": c.name, "resourceClaimTemplateName": c.template} for c in facts.device_claims],
     }
+
+
+def _claims_domain(graph: ServingGraph, role: Role) -> bool:
+    """Whether `role`'s pods claim a ComputeDomain channel (not where NVLink ends at the node: H200)."""
+    return graph.provided_compute_domain is not None or bool(role.compute_domain)
 
 
 def weights_pod_metadata(graph: ServingGraph) -> Obj:
@@ -191,9 +198,10 @@ def weights_reader(graph: ServingGraph) -> Obj:
     return {"serviceAccountName": sa} if sa else {}
 
 
-def gpu_claims(graph: ServingGraph) -> list[Obj]:
-    """The container claims of a GPU pod: its ComputeDomain channel, then the cloud's devices (GKE DRANET)."""
-    return [{"name": CHANNEL_CLAIM}] + [{"name": c.name} for c in graph.node_facts.device_claims]
+def gpu_claims(graph: ServingGraph, role: Role) -> list[Obj]:
+    """The container claims of a GPU pod: its ComputeDomain channel (if any), then the cloud's devices (GKE DRANET)."""
+    channel = [{"name": CHANNEL_CLAIM}] if _claims_domain(graph, role) else []
+    return channel + [{"name": c.name} for c in graph.node_facts.device_claims]
 
 
 def _worker_component(graph: ServingGraph, role: Role) -> Obj:
@@ -205,7 +213,7 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
         "env": _env(role.env),
         "resources": {
             **_resources(role.gpus_per_node, role.cpu, role.memory, role.efa_devices),
-            "claims": gpu_claims(graph),
+            "claims": gpu_claims(graph, role),
         },
         "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": graph.cache_mount_path, "readOnly": True}]
         + (

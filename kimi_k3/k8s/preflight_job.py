@@ -78,7 +78,7 @@ def preflight_job(graph: ServingGraph, role: Role, min_bus_bandwidth_gbps: float
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": {
             **_resources(role.gpus_per_node, None, None, role.efa_devices),
-            "claims": gpu_claims(graph),
+            "claims": gpu_claims(graph, role),
         },
         "volumeMounts": [
             {"name": "scripts", "mountPath": "/scripts", "readOnly": True},

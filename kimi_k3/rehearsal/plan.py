@@ -244,6 +244,10 @@ def perf_profile(graph: ServingGraph) -> dict[str, Any]:
     Raises perf.PerfError where the model has no numbers for the layout."""
     from kimi_k3.sizing import mocker, perf
 
+    staged = [r for r in graph.roles if r.pp > 1]
+    if staged:  # as `plan` refuses it (commands/plan_perf.layout_of): a pipeline's speed is not a TP group's
+        r = staged[0]
+        raise perf.PerfError(f"TP{r.tp} x PP{r.pp} on {graph.platform.name}: no pipeline-parallel layout is modelled")
     layout = perf.Layout.from_roles(
         perf.RoleLayout(r.key, "prefill" if r.type == "prefill" else "decode", graph.platform.name, r.tp, r.replicas)
         for r in graph.roles

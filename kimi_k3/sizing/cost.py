@@ -137,14 +137,16 @@ def plan_stack(
     shaped = []
     for s in specs:
         p = plats[s.gpu]
-        if s.tp != s.nodes_per_replica * p.gpus_per_node:
-            raise ValueError(f"role {s.name}: tp {s.tp} != {s.nodes_per_replica} nodes x {p.gpus_per_node} GPUs")
+        if s.tp * s.pp != s.nodes_per_replica * p.gpus_per_node:
+            raise ValueError(
+                f"role {s.name}: tp {s.tp} x pp {s.pp} != {s.nodes_per_replica} nodes x {p.gpus_per_node} GPUs"
+            )
         shaped.append((s, p))
     total_pods = sum(s.nodes_per_replica * s.replicas for s in specs)
     out = []
     for s, p in shaped:
         plan = plan_spec(s, facts=m, platforms=plats)
-        read = bytes_per_pod(m, s.tp, p.gpus_per_node, s.load_format)
+        read = bytes_per_pod(m, s.tp * s.pp, p.gpus_per_node, s.load_format)
         times = {name: load_seconds(read, total_pods if b.shared else 1, b) for name, b in backends.items()}
         plan = replace(plan, load_seconds=times)
         nodes = s.nodes_per_replica * s.replicas

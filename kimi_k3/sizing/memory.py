@@ -10,6 +10,8 @@ from typing import Any, Optional
 from kimi_k3 import flags as argv_flags
 from kimi_k3.facts.model import CONTEXTS, GB, GIB, MIB, ModelFacts, checkpoint_bytes, load_model_facts, weight_groups
 from kimi_k3.facts.platforms import Platform, StorageBackend, load_platforms
+from kimi_k3.facts.vllm_flags import planner_kv_dtype
+from kimi_k3.sizing import pipeline
 from kimi_k3.sizing.aic_table import raw_table
 
 
@@ -26,7 +28,7 @@ def vllm_block_size(tokens) -> int:
     spec = json.loads(argv_flags.flag_value(tokens, "--speculative-config") or "{}")
     return aligned_block_size(
         tp,
-        kv_cache_dtype="bf16" if dtype == "auto" else dtype,
+        kv_cache_dtype=planner_kv_dtype(dtype),
         spec_tokens=int(spec.get("num_speculative_tokens", 0) or 0),
         prefix_caching=_prefix_caching(tokens),
     )
@@ -47,6 +49,7 @@ class RoleSpec:
     load_format: str = "auto"  # vLLM --load-format: how much of the checkpoint each pod reads
     prefix_caching: bool = False  # vLLM --enable-prefix-caching: KDA state in mamba_cache_mode "align"
     drafter_bytes: float = 0.0  # a speculative drafter's weights, loaded beside the target's (plan_role)
+    pp: int = 1  # pipeline stages (--pipeline-parallel-size): a replica is tp x pp GPUs
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class RolePlan:
     request_bytes_at_max_len: int
     load_seconds: dict[str, float] = field(default_factory=dict)
     prefix_caching: bool = False
+    pp: int = 1  # pipeline stages; with pp > 1 the figures are the tightest stage's (kimi_k3/sizing/pipeline.py)
 
     @property
     def fits(self) -> bool:
@@ -122,6 +126,7 @@ class RolePlan:
         return {
             "gpu": self.gpu,
             "tp": self.tp,
+            **({"pp": self.pp} if self.pp > 1 else {}),
             "dcp": self.dcp,
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "kv_cache_dtype": self.kv_cache_dtype,
@@ -232,6 +237,7 @@ def plan_spec(
         drafter_bytes=s.drafter_bytes,
         facts=facts,
         platforms=platforms,
+        pp=s.pp,
     )
 
 
@@ -250,16 +256,35 @@ def plan_role(
     drafter_bytes: float = 0.0,
     facts: ModelFacts | None = None,
     platforms: dict[str, Platform] | None = None,
+    pp: int = 1,
+    _stage_weights: float | None = None,
 ) -> RolePlan:
-    """Memory plan of one vLLM worker (one TP group). `fits`: weights + reserve + one max_model_len request fit.
+    """Memory plan of one vLLM worker (one TP group; with `pp` > 1 its tightest pipeline stage, since vLLM gives
+    every worker the smallest KV block count any of them has). `fits`: weights + reserve + one max_model_len request fit.
     `drafter_bytes`: a speculative drafter's weights (all ranks), loaded beside the target's and sharded like them by
     the target's TP (vLLM's draft model takes the target's parallel config); they come out of the KV pool. The
     drafter's own KV layers are not counted (not modelled: a DSpark draft has 5 MLA layers vs the target's 24)."""
     m = facts or load_model_facts()
     plats = platforms or load_platforms()
     _validate(m, plats, gpu, tp, dcp, gpu_memory_utilization, kv_cache_dtype, spec_tokens)
+    if pp > 1:
+        kw = dict(dcp=dcp, gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype)
+        kw |= dict(spec_tokens=spec_tokens, max_model_len=max_model_len, kv_budget_gib=kv_budget_gib)
+        kw |= dict(activation_reserve_gib=activation_reserve_gib, prefix_caching=prefix_caching, platforms=plats)
+        stages = [
+            plan_role(
+                gpu,
+                tp,
+                facts=pipeline.stage_facts(m, pp, i),
+                drafter_bytes=drafter_bytes,
+                _stage_weights=pipeline.stage_weights_bytes_per_gpu(m, tp, pp, i),
+                **kw,
+            )
+            for i in range(pp)
+        ]
+        return replace(min(stages, key=lambda p: p.vllm_max_concurrency(max_model_len)), pp=pp)
     reserve = (m.activation_reserve_gib if activation_reserve_gib is None else activation_reserve_gib) * GIB
-    weights = weights_bytes_per_gpu(m, tp) + drafter_bytes / tp
+    weights = (weights_bytes_per_gpu(m, tp) if _stage_weights is None else _stage_weights) + drafter_bytes / tp
     if kv_budget_gib is None:
         pool = plats[gpu].hbm_gb * GB * gpu_memory_utilization - weights - reserve
     else:
@@ -331,8 +356,9 @@ def memory_fit(gpu: str, tp: int, **kwargs: Any) -> tuple[bool, str]:
     """For the policy pack's memory-fit rule: (fits, one-line reason with the numbers)."""
     plan = plan_role(gpu, tp, **kwargs)
     verb = "fits" if plan.fits else "does not fit"
+    layout = f"TP{tp}" + (f" x PP{plan.pp} (tightest stage)" if plan.pp > 1 else "")
     return plan.fits, (
-        f"Kimi K3 TP{tp} on {gpu} {verb} a {plan.max_model_len:,}-token request: weights "
+        f"Kimi K3 {layout} on {gpu} {verb} a {plan.max_model_len:,}-token request: weights "
         f"{plan.weights_bytes_per_gpu / GB:.1f} GB/GPU, KV pool {plan.pool_bytes / GIB:.1f} GiB/GPU, one request "
         f"needs {plan.request_bytes_at_max_len / GIB:.1f} GiB (margin {plan.fit_margin_gib:+.1f} GiB)"
     )

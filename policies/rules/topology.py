@@ -25,6 +25,7 @@ from policies.rules.base import (
     platform_for_product,
     pod_spec,
     replicas,
+    serving,
     shown,
     target_of,
     workers,
@@ -67,6 +68,12 @@ def check_pods_take_whole_nodes(obj: Mapping, ctx: Context) -> Iterator[Result]:
             )
 
 
+def tp_group_nodes(comp: Mapping) -> int:
+    """Nodes one TP group of `comp` spans: its nodes over its vLLM pipeline stages (each stage is one TP group)."""
+    tokens, _ = serving(main_container(comp))
+    return max(1, node_count(comp) // max(1, _int_flag(tokens, "--pipeline-parallel-size", 1)))
+
+
 def check_multinode_claims_compute_domain(objects: Sequence[Mapping], ctx: Context) -> Iterator[Result]:
     templates = {
         ((o.get("spec") or {}).get("channel") or {}).get("resourceClaimTemplate", {}).get("name")
@@ -75,7 +82,7 @@ def check_multinode_claims_compute_domain(objects: Sequence[Mapping], ctx: Conte
     } | provided_channel_templates(objects)  # a provider's, read from the cluster at `up`
     for obj in objects:
         for comp in components(obj):
-            if node_count(comp) < 2:
+            if tp_group_nodes(comp) < 2:  # TP inside one node (PP stages across nodes): no NVLink across them
                 continue
             where = f"component {name_of(comp)}"
             spec, container = pod_spec(comp), main_container(comp) or {}
@@ -96,14 +103,14 @@ def check_multinode_claims_compute_domain(objects: Sequence[Mapping], ctx: Conte
 
 def check_tp_group_pinned_to_clique(obj: Mapping, ctx: Context) -> Iterator[Result]:
     for comp in components(obj):
-        if node_count(comp) < 2:
+        if tp_group_nodes(comp) < 2:
             continue
         affinity = (pod_spec(comp).get("affinity") or {}).get("podAffinity") or {}
         terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
         if not any(t.get("topologyKey") == CLIQUE_LABEL for t in terms):
             yield Finding(
                 target_of(obj),
-                f"component {name_of(comp)}: {node_count(comp)}-node TP group has no "
+                f"component {name_of(comp)}: {tp_group_nodes(comp)}-node TP group has no "
                 f"required podAffinity on {CLIQUE_LABEL}; its pods may land in different NVLink domains",
             )
 
@@ -117,10 +124,10 @@ def check_tp_group_fits_nvlink_domain(obj: Mapping, ctx: Context) -> Iterator[Re
         if found is None:
             yield Skipped(target_of(obj), f"component {name_of(comp)}: GPU product {shown(product)} unknown")
             continue
-        if node_count(comp) > found.nvlink_domain_nodes:
+        if tp_group_nodes(comp) > found.nvlink_domain_nodes:
             yield Finding(
                 target_of(obj),
-                f"component {name_of(comp)}: {node_count(comp)} nodes per TP group; "
+                f"component {name_of(comp)}: {tp_group_nodes(comp)} nodes per TP group; "
                 f"one {found.name} NVLink domain holds {found.nvlink_domain_nodes}",
             )
 
@@ -185,6 +192,7 @@ def check_model_fits_at_tp(obj: Mapping, ctx: Context) -> Iterator[Result]:
         tp = _int_flag(tokens, "--tensor-parallel-size", 1)
         kwargs: dict[str, Any] = {
             "dcp": _int_flag(tokens, "--decode-context-parallel-size", 1),
+            "pp": _int_flag(tokens, "--pipeline-parallel-size", 1),
             "kv_cache_dtype": _KV_DTYPES.get(flags.flag_value(tokens, "--kv-cache-dtype") or "auto", "bf16"),
         }
         if flags.flag_value(tokens, "--gpu-memory-utilization"):

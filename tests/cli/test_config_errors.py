@@ -15,7 +15,7 @@ CASES = {
             "kimi-k3:recipe",
             "gb400",
             "allowed: gb200, gb200-disagg, gb300, gb300-disagg, gb200-v1.5, gb300-v1.5, gb300-disagg-v1.5, "
-            "gb200-sglang, gb200-disagg-sglang, gb300-sglang or gb300-disagg-sglang",
+            "gb200-sglang, gb200-disagg-sglang, gb300-sglang, gb300-disagg-sglang or h200",
         ],
     ),
     "TP not in whole 4-GPU nodes": (
