@@ -49,6 +49,7 @@ class GkeCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         base = {"project": g.project}
         vpc = gcp.compute.Network(f"{name}-vpc", auto_create_subnetworks=False, **base, opts=child)
+        self.network_name = vpc.name  # Filestore's StorageClass names it (recipes/facts/gcp.yaml filestore)
         subnet = gcp.compute.Subnetwork(
             f"{name}-subnet",
             network=vpc.id,

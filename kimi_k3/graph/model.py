@@ -109,6 +109,7 @@ class NodeFacts:
     weights_pod_annotations: tuple[tuple[str, str], ...] = ()
     fetcher_service_account: str = ""
     worker_service_account: str = ""
+    pod_fs_group: Optional[int] = None  # the workers' fsGroup where the cloud's shared volume applies it (Filestore)
 
 
 @dataclass(frozen=True)
