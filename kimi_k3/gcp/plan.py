@@ -11,7 +11,7 @@ from typing import Any, Optional
 from kimi_k3.config.base import ConfigError
 from kimi_k3.config.stack import StackConfig
 from kimi_k3.data import recipe_file
-from kimi_k3.graph.model import DeviceClaim, NodeFacts
+from kimi_k3.graph.model import DeviceClaim, NodeFacts, NodeLocalDisk
 
 KEY = "kimi-k3:cluster.gke"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
@@ -87,6 +87,20 @@ def gpu_node_plan(cfg: StackConfig, platform: str, nodes: int) -> GkeNodePlan:
     return GkeNodePlan(mtype, machine, nodes, reservation, g.gpu_nodes.reservation_nodes, g.zone)
 
 
+def node_local_disk(plan: GkeNodePlan) -> Optional[NodeLocalDisk]:
+    """The pool's Local SSD array, where its machine type has one (recipes/facts/gcp.yaml local_ssd)."""
+    if not plan.machine.get("local_ssd"):
+        return None
+    d = facts()["local_ssd"]
+    return NodeLocalDisk(
+        d["array_mount_point"],
+        d["host_path"],
+        float(d["read_gbps"]),
+        float(d["peer_gbps"]),
+        "recipes/facts/gcp.yaml local_ssd",
+    )
+
+
 def node_facts(plan: GkeNodePlan, weights_on_gcs: bool, filestore: bool = False) -> NodeFacts:
     """What the serving graph's GPU pods must carry on this pool (AICR gke-a4x-max-networking.md "Workload wiring")."""
     f = facts()
@@ -116,6 +130,7 @@ def node_facts(plan: GkeNodePlan, weights_on_gcs: bool, filestore: bool = False)
         worker_service_account=WORKER_SA if weights_on_gcs else "",
         # Filestore's CSIDriver applies fsGroup (fsGroupPolicy File): the root becomes writable by the workers' group.
         pod_fs_group=f["filestore"]["pod_fs_group"] if filestore else None,
+        node_local=node_local_disk(plan),
     )
 
 
