@@ -11,6 +11,7 @@ from typing import Any, Optional
 from kimi_k3.config.base import ConfigError
 from kimi_k3.config.stack import StackConfig
 from kimi_k3.data import recipe_file
+from kimi_k3.facts.images import operator_default_fs_group
 from kimi_k3.graph.model import DeviceClaim, NodeFacts, NodeLocalDisk
 
 KEY = "kimi-k3:cluster.gke"
@@ -129,7 +130,7 @@ def node_facts(plan: GkeNodePlan, weights_on_gcs: bool, filestore: bool = False)
         fetcher_service_account=FETCHER_SA if weights_on_gcs else "",
         worker_service_account=WORKER_SA if weights_on_gcs else "",
         # Filestore's CSIDriver applies fsGroup (fsGroupPolicy File): the root becomes writable by the workers' group.
-        pod_fs_group=f["filestore"]["pod_fs_group"] if filestore else None,
+        pod_fs_group=operator_default_fs_group() if filestore else None,
         node_local=node_local_disk(plan),
     )
 

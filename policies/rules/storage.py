@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-from kimi_k3.facts.images import image_facts
+from kimi_k3.facts.images import image_facts, operator_default_fs_group
 from policies.rules.base import Context, Finding, Result, Skipped, all_containers, name_of, pod_specs, target_of
 
 EFS_DRIVER = "efs.csi.aws.com"
@@ -252,6 +252,9 @@ def check_shared_mounts_writable(objects: Sequence[Mapping], ctx: Context) -> It
             volumes = {v.get("name"): v for v in spec.get("volumes") or []}
             psc = spec.get("securityContext") or {}
             fs_group = int(psc["fsGroup"]) if psc.get("fsGroup") is not None else None
+            fs_from = "the pod's fsGroup"
+            if label.startswith("component ") and "securityContext" not in spec:
+                fs_group, fs_from = operator_default_fs_group(), "the Dynamo operator's default fsGroup"
             # kubelet adds fsGroup to every container's supplementary groups, whatever the volume.
             groups_extra = {int(g) for g in psc.get("supplementalGroups") or []} | (
                 {fs_group} if fs_group is not None else set()
@@ -287,7 +290,7 @@ def check_shared_mounts_writable(objects: Sequence[Mapping], ctx: Context) -> It
                             prep,
                             owner_gid=fs_group,
                             mode=prep.mode | 0o2770,
-                            how=f"{prep.how}, then kubelet's fsGroup {fs_group} (fsGroupPolicy File): g+rwx setgid",
+                            how=f"{prep.how}, then {fs_from} {fs_group} (fsGroupPolicy File): g+rwx setgid",
                         )
                     if prep.writer is not None:
                         uid, gid = prep.writer

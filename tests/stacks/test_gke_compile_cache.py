@@ -57,14 +57,30 @@ def test_workers_compile_cache_mount_is_evaluated_and_writable(rendered, stack):
     assert not [s for s in skipped if "Filestore" in s.reason or "compile" in s.reason], [s.reason for s in skipped]
 
 
-def test_rule_catches_a_worker_without_the_fs_group(rendered):
-    objects = copy.deepcopy(rendered["gke-gb300"].objects)
+def _workers_with(objects, security_context):
     (dgd,) = by_kind(objects, "DynamoGraphDeployment")
     for comp in dgd["spec"]["components"]:
-        comp.get("podTemplate", {}).get("spec", {}).pop("securityContext", None)
+        spec = comp.get("podTemplate", {}).get("spec", {})
+        spec.pop("securityContext", None)
+        if security_context is not None:
+            spec["securityContext"] = security_context
+    return objects
+
+
+def test_rule_catches_a_worker_whose_security_context_drops_the_fs_group(rendered):
+    """Any securityContext turns the operator's fsGroup default off (ai-dynamo/dynamo graph.go): without fsGroup the
+    share's root stays root:root 0755, which uid 1000 cannot write."""
+    objects = _workers_with(copy.deepcopy(rendered["gke-gb300"].objects), {"runAsNonRoot": True})
     violations, _ = check(objects)
-    assert violations, "a Filestore root stays root:root 0755 without fsGroup: uid 1000 cannot write it"
+    assert violations
     assert all("fsGroup" in v.message and "Filestore" in v.message for v in violations)
+
+
+def test_rule_knows_the_operator_default_for_a_template_without_security_context(rendered):
+    objects = _workers_with(copy.deepcopy(rendered["gke-gb300"].objects), None)
+    violations, skipped = check(objects)
+    assert not violations, [v.message for v in violations]
+    assert not [s for s in skipped if "Filestore" in s.reason or "compile" in s.reason]
 
 
 def test_every_worker_mounting_the_cache_sets_its_fs_group(rendered):
