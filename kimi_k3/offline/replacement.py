@@ -142,9 +142,7 @@ class AwsRules:
 def aws_rules() -> dict[str, AwsRules]:
     """Pulumi type -> which inputs force a new resource, for the bridged clouds (recipes/facts/aws-force-new.yaml and
     gcp-force-new.yaml, sources there)."""
-    types = {
-        t: v for f in ("aws-force-new", "gcp-force-new") for t, v in recipe_file(f"facts/{f}.yaml")["types"].items()
-    }
+    types = {**recipe_file("facts/aws-force-new.yaml")["types"], **recipe_file("facts/gcp-force-new.yaml")["types"]}
     return {
         t: AwsRules(
             tuple(v.get("forceNew") or ()), tuple(v.get("forceNewWhenDecreased") or ()), frozenset(v.get("known") or ())
