@@ -140,7 +140,9 @@ else:
     if gke:  # the bucket (GCS FUSE PV, static binding), its IAM, the compile cache, the RDMA claim or networks
         storage = GkeWorkloads(
             "kimi-k3-gcp",
-            GkeWorkloadsArgs(cfg, graph, blueprint.gke_nodes, cache_gi, getattr(gke, "rdma_subnets", ())),
+            GkeWorkloadsArgs(
+                cfg, graph, blueprint.gke_nodes, cache_gi, getattr(gke, "rdma_subnets", ()), gke.network_name
+            ),
             cluster.provider,
             cluster.namespace,
             opts=pulumi.ResourceOptions(depends_on=[gke.cluster]),

@@ -20,6 +20,7 @@ TYPED = {
     ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
+    ("storage.k8s.io/v1", "StorageClass"): k8s.storage.v1.StorageClass,
 }
 
 

@@ -73,7 +73,8 @@ class Blueprint:
         gke_nodes = None
         if cfg.cluster.mode == "gke":  # the cloud hands the graph its node facts (docs/architecture.md)
             gke_nodes = gke.gpu_node_plan(cfg, graph.platform.name, graph.nodes)
-            graph = replace(graph, node_facts=gke.node_facts(gke_nodes, cfg.storage.resolved_kind == "gcs"))
+            weights_on_gcs = cfg.storage.resolved_kind == "gcs"
+            graph = replace(graph, node_facts=gke.node_facts(gke_nodes, weights_on_gcs, bool(graph.compile_cache)))
         addons = tuple(
             addon_specs(cfg, gpu_nodes.instance.name if gpu_nodes else None, kv_over_efa=graph.kv_transport == "efa")
         )

@@ -49,6 +49,7 @@ class GkeCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         base = {"project": g.project}
         vpc = gcp.compute.Network(f"{name}-vpc", auto_create_subnetworks=False, **base, opts=child)
+        self.network_name = vpc.name  # Filestore's StorageClass names it (recipes/facts/gcp.yaml filestore)
         subnet = gcp.compute.Subnetwork(
             f"{name}-subnet",
             network=vpc.id,
@@ -159,6 +160,9 @@ class GkeCluster(pulumi.ComponentResource):
                 "labels": gke.gpu_node_labels(p),
                 "taints": [gke.GPU_TAINT],
                 "workload_metadata_config": {"mode": "GKE_METADATA"},
+                # The machine type's bundled Local SSDs (count 0 = all of them) as the node's RAID0 ephemeral storage,
+                # where the node-local weight copies live (recipes/facts/gcp.yaml local_ssd).
+                **({"ephemeral_storage_local_ssd_config": {"local_ssd_count": 0}} if m.get("local_ssd") else {}),
                 **(
                     {"linux_node_config": {"hugepages_config": {"hugepage_size2m": m["hugepages_2m"]}}}
                     if m.get("hugepages_2m")

@@ -18,7 +18,15 @@ from kimi_k3.graph.model import ServingGraph
 
 
 class GkeWorkloadsArgs:
-    def __init__(self, cfg: StackConfig, graph: ServingGraph, gpu_plan: gke.GkeNodePlan, size_gi: int, rdma_subnets=()):
+    def __init__(
+        self,
+        cfg: StackConfig,
+        graph: ServingGraph,
+        gpu_plan: gke.GkeNodePlan,
+        size_gi: int,
+        rdma_subnets=(),
+        network: pulumi.Input[str] = "",
+    ):
         self.cfg, self.graph, self.gpu_plan, self.size_gi, self.rdma_subnets = (
             cfg,
             graph,
@@ -26,6 +34,7 @@ class GkeWorkloadsArgs:
             size_gi,
             rdma_subnets,
         )
+        self.network = network  # the cluster's VPC: the Filestore instance must be on it
 
 
 class GkeWorkloads(pulumi.ComponentResource):
@@ -122,9 +131,17 @@ class GkeWorkloads(pulumi.ComponentResource):
             )
         )
         if g.compile_cache:
+            sc = register(
+                f"{name}-filestore-class",
+                gke.filestore_storage_class(args.network),
+                pulumi.ResourceOptions(parent=self, provider=provider),
+            )
+            claim = gke.compile_cache_pvc(g.namespace, names.NAMES["compile_cache"])
             self.compile_cache_ready.append(
                 register(
-                    f"{name}-compile-cache-pvc", gke.compile_cache_pvc(g.namespace, names.NAMES["compile_cache"]), in_ns
+                    f"{name}-compile-cache-pvc",
+                    claim,
+                    pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[namespace, sc]),
                 )
             )
         self.register_outputs({"bucket": bucket.name})

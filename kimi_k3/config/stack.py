@@ -259,10 +259,10 @@ def check_modes(cfg: StackConfig) -> None:
                 f"kimi-k3:storage.{block}: settings of storage kind {owner}, but kind is {kind!r} and "
                 f"would ignore them; allowed: remove kimi-k3:storage.{block}, or kind {owner}"
             )
-    if st.node_local_weights and mode != "eks":
+    if st.node_local_weights and not st.resolved_node_local_weights(mode):
         raise ConfigError(
-            f"kimi-k3:storage.nodeLocalWeights = true: only eks mode knows the GPU nodes' instance "
-            f"store (mode is {mode!r}); allowed here: false"
+            f"kimi-k3:storage.nodeLocalWeights = true: only eks mode, and gke mode with storage kind gcs, know the "
+            f"GPU nodes' local disks (mode is {mode!r}, kind {kind!r}); allowed here: false"
         )
     if mode == "eks" and cfg.cluster.efa_devices_per_node is not None:
         raise ConfigError(

@@ -153,7 +153,8 @@ class StorageConfig(Strict):
         alias="nodeLocalWeights",
         description="copy the verified checkpoint onto every GPU node's instance-store "
         "NVMe before the workers start (the weights-prefetch DaemonSet; each byte crosses the Local Zone link once) "
-        "and load it from there: default true in eks mode (its GPU nodes have the RAID0), false elsewhere",
+        "and load it from there: default true in eks mode (its GPU nodes have the RAID0) and in gke mode with "
+        "storage kind gcs (A4X / A4X Max Local SSD), false elsewhere",
     )
 
     @model_validator(mode="after")
@@ -175,8 +176,10 @@ class StorageConfig(Strict):
         return {"eks": "efs", "gke": "filestore"}.get(mode, "none")
 
     def resolved_node_local_weights(self, mode: str) -> bool:
-        """Only eks mode knows where the GPU nodes' instance store is mounted (its launch template builds the RAID0)."""
-        return mode == "eks" and (self.node_local_weights is not False)
+        """Only eks and gke mode know where the GPU nodes' local disks are mounted (they build the node pools); gke
+        copies from the stack's bucket (kind gcs)."""
+        known = mode == "eks" or (mode == "gke" and self.resolved_kind == "gcs")
+        return known and (self.node_local_weights is not False)
 
     @property
     def resolved_kind(self) -> str:

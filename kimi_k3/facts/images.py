@@ -81,6 +81,11 @@ def image_facts(image: Optional[str]) -> ImageFacts:
     )
 
 
+def operator_default_fs_group() -> int:
+    """The fsGroup the Dynamo operator gives a component pod whose template sets no securityContext (images.yaml)."""
+    return int(recipe_file("facts/images.yaml")["operator_default_fs_group"])
+
+
 def runtime_user() -> tuple[int, int]:
     """(uid, gid) the Dynamo runtime images run as (recipes/facts/images.yaml `runtime_user`): what serving containers are
     given explicitly, whatever image a stack names, and what the compile cache's access point writes as."""

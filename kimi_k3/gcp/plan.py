@@ -11,7 +11,8 @@ from typing import Any, Optional
 from kimi_k3.config.base import ConfigError
 from kimi_k3.config.stack import StackConfig
 from kimi_k3.data import recipe_file
-from kimi_k3.graph.model import DeviceClaim, NodeFacts
+from kimi_k3.facts.images import operator_default_fs_group
+from kimi_k3.graph.model import DeviceClaim, NodeFacts, NodeLocalDisk
 
 KEY = "kimi-k3:cluster.gke"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
@@ -87,7 +88,21 @@ def gpu_node_plan(cfg: StackConfig, platform: str, nodes: int) -> GkeNodePlan:
     return GkeNodePlan(mtype, machine, nodes, reservation, g.gpu_nodes.reservation_nodes, g.zone)
 
 
-def node_facts(plan: GkeNodePlan, weights_on_gcs: bool) -> NodeFacts:
+def node_local_disk(plan: GkeNodePlan) -> Optional[NodeLocalDisk]:
+    """The pool's Local SSD array, where its machine type has one (recipes/facts/gcp.yaml local_ssd)."""
+    if not plan.machine.get("local_ssd"):
+        return None
+    d = facts()["local_ssd"]
+    return NodeLocalDisk(
+        d["array_mount_point"],
+        d["host_path"],
+        float(d["read_gbps"]),
+        float(d["peer_gbps"]),
+        "recipes/facts/gcp.yaml local_ssd",
+    )
+
+
+def node_facts(plan: GkeNodePlan, weights_on_gcs: bool, filestore: bool = False) -> NodeFacts:
     """What the serving graph's GPU pods must carry on this pool (AICR gke-a4x-max-networking.md "Workload wiring")."""
     f = facts()
     labels = {f["labels"]["instance_type"]: plan.machine_type}
@@ -114,6 +129,9 @@ def node_facts(plan: GkeNodePlan, weights_on_gcs: bool) -> NodeFacts:
         weights_pod_annotations=tuple(sorted(f["gcsfuse_pod_annotation"].items())) if weights_on_gcs else (),
         fetcher_service_account=FETCHER_SA if weights_on_gcs else "",
         worker_service_account=WORKER_SA if weights_on_gcs else "",
+        # Filestore's CSIDriver applies fsGroup (fsGroupPolicy File): the root becomes writable by the workers' group.
+        pod_fs_group=operator_default_fs_group() if filestore else None,
+        node_local=node_local_disk(plan),
     )
 
 
@@ -190,16 +208,31 @@ def weights_pv(name: str, bucket: Any, size_gi: int, namespace: str, claim: str)
     }
 
 
+def filestore_storage_class(network: Any) -> dict[str, Any]:
+    """Our Filestore class: on the cluster's VPC (the driver's default network is `default`), the basic HDD tier,
+    bound where the first worker runs (its zone), so the instance is reachable from the GPU nodes."""
+    f = facts()["filestore"]
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": f["storage_class"], "labels": {"app.kubernetes.io/part-of": "kimi-k3"}},
+        "provisioner": f["provisioner"],
+        "parameters": {"tier": f["tier"], "network": network},
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": True,
+    }
+
+
 def compile_cache_pvc(namespace: str, claim: str) -> dict[str, Any]:
     """The compile cache on Filestore (GKE-managed CSI driver, ReadWriteMany), dynamically provisioned."""
-    f = facts()
+    f = facts()["filestore"]
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": claim, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "kimi-k3"}},
         "spec": {
             "accessModes": ["ReadWriteMany"],
-            "storageClassName": f["filestore_storage_class"],
-            "resources": {"requests": {"storage": f"{f['filestore_min_gib']}Gi"}},
+            "storageClassName": f["storage_class"],
+            "resources": {"requests": {"storage": f"{f['min_gib']}Gi"}},
         },
     }

@@ -9,6 +9,7 @@ from kimi_k3.aws import storage
 from kimi_k3.config.stack import StackConfig
 from kimi_k3.data import recipe_file
 from kimi_k3.facts import model, platforms
+from kimi_k3.graph.model import node_local_disk
 from kimi_k3.sizing import memory
 
 
@@ -77,7 +78,7 @@ def prefetch_estimate(cfg: StackConfig, graph, start_seconds: float) -> tuple[fl
         bucket_gbps = min(bucket_gbps, backend.aggregate_gbps)
     if link is not None:
         bucket_gbps = min(bucket_gbps, link)
-    peer_gbps = float(recipe_file("facts/storage.yaml")["nvme"]["peer_gbps"])
+    peer_gbps = node_local_disk(graph.node_facts).peer_gbps
     peer_bytes = checkpoint * (nodes - 1) / nodes
     seconds = start_seconds + checkpoint / (bucket_gbps * model.GB) + peer_bytes / (peer_gbps * model.GB)
     where = "over the Local Zone link" if link is not None else f"from {backend.name}"
@@ -99,8 +100,8 @@ def load_estimate(cfg: StackConfig, graph) -> tuple[float, str]:
     """(seconds, what) for every worker pod of the graph reading its share of the weights at once."""
     m = model.load_model_facts()
     if getattr(graph, "node_local_weights", False):
-        # Each pod reads its share from its own node's NVMe copy: nothing shared, nothing over the link.
-        nvme = platforms.load_storage_backends()["nvme"]
+        # Each pod reads its share from its own node's local copy: nothing shared, nothing over the link.
+        read_gbps = node_local_disk(graph.node_facts).read_gbps
         per_pod = max(
             (
                 memory.bytes_per_pod(m, r.tp * r.pp, r.gpus_per_node, r.load_format) + _drafter_per_pod(graph, r)
@@ -112,8 +113,8 @@ def load_estimate(cfg: StackConfig, graph) -> tuple[float, str]:
         if not per_pod:
             return 0.0, "no workers"
         return per_pod / (
-            nvme.per_client_gbps * model.GB
-        ), f"node-local nvme: {per_pod / model.GB:.0f} GB/pod at {nvme.per_client_gbps:g} GB/s"
+            read_gbps * model.GB
+        ), f"node-local nvme: {per_pod / model.GB:.0f} GB/pod at {read_gbps:g} GB/s"
     backend, link = weights_backend(cfg), link_gbps(cfg)
     reads = [
         (memory.bytes_per_pod(m, r.tp * r.pp, r.gpus_per_node, r.load_format) + _drafter_per_pod(graph, r), r.nodes)

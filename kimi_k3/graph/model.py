@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from kimi_k3.data import recipe_file
 from kimi_k3.facts.images import NODE_ARCHES
 from kimi_k3.facts.platforms import Platform
 from kimi_k3.sizing.memory import _prefix_caching
@@ -100,6 +101,17 @@ class DeviceClaim:
 
 
 @dataclass(frozen=True)
+class NodeLocalDisk:
+    """The GPU nodes' local-disk array the node-local weight copies live on (EKS: recipes/facts/storage.yaml nvme)."""
+
+    array_mount_point: str  # where the host mounts the array
+    host_path: str  # the copies' directory, under array_mount_point
+    read_gbps: float  # one pod reading its node's copy
+    peer_gbps: float  # one node receiving from its peers over the pod network
+    source: str  # the recipe file that holds these facts (error messages name it)
+
+
+@dataclass(frozen=True)
 class NodeFacts:
     """What a cloud tells the graph about its GPU nodes (docs/architecture.md, "A cloud hands the graph ..."):
     labels every GPU pod selects, DRA devices every GPU pod claims, what a pod mounting the weights needs, and the
@@ -111,6 +123,22 @@ class NodeFacts:
     weights_pod_annotations: tuple[tuple[str, str], ...] = ()
     fetcher_service_account: str = ""
     worker_service_account: str = ""
+    pod_fs_group: Optional[int] = None  # the workers' fsGroup where the cloud's shared volume applies it (Filestore)
+    node_local: Optional[NodeLocalDisk] = None  # the GPU nodes' local disks; None: EKS's instance store
+
+
+def node_local_disk(facts: NodeFacts) -> NodeLocalDisk:
+    """The cloud's GPU-node local disks, else EKS's instance-store RAID0 (recipes/facts/storage.yaml nvme)."""
+    if facts.node_local is not None:
+        return facts.node_local
+    nvme = recipe_file("facts/storage.yaml")["nvme"]
+    return NodeLocalDisk(
+        nvme["array_mount_point"],
+        nvme["host_path"],
+        float(nvme["per_client_gbps"]),
+        float(nvme["peer_gbps"]),
+        "recipes/facts/storage.yaml nvme",
+    )
 
 
 @dataclass(frozen=True)

@@ -258,6 +258,7 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
             "spec": {
                 **_gpu_group_placement(graph, role, {NVLINK_GROUP_LABEL: role.nvlink_group}),
                 **weights_reader(graph),
+                **_fs_group(graph),
                 "terminationGracePeriodSeconds": 60,
                 "volumes": _weights_volumes(graph)
                 + (
@@ -272,6 +273,13 @@ def _worker_component(graph: ServingGraph, role: Role) -> Obj:
     if graph.runtime_version:
         component["runtimeVersionOverride"] = graph.runtime_version
     return component
+
+
+def _fs_group(graph: ServingGraph) -> Obj:
+    """The pod's fsGroup where the cloud's shared volume applies it (GKE Filestore), written out rather than left to
+    the operator's default; OnRootMismatch: kubelet walks the shared tree only while its root is not yet the group's."""
+    group = graph.node_facts.pod_fs_group
+    return {} if group is None else {"securityContext": {"fsGroup": group, "fsGroupChangePolicy": "OnRootMismatch"}}
 
 
 def _weights_volumes(graph: ServingGraph) -> list[Obj]:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kimi_k3.data import recipe_file
-from kimi_k3.graph.model import ServingGraph
+from kimi_k3.graph.model import ServingGraph, node_local_disk
 from kimi_k3.graph.speculation import NODE_LOCAL_DIR as NODE_LOCAL_DRAFTER_DIR
 from kimi_k3.k8s.objects import Obj, _env, _meta, _node_affinity, with_config_checksums
 from kimi_k3.names import NAMES, PART_OF, PREFETCH_COMPONENT, PREPULL_COMPONENT, REMOTE_CACHE_VOLUME
@@ -74,24 +73,24 @@ def remote_cache_path(graph: ServingGraph) -> str:
     return f"{graph.cache_mount_path}-remote"
 
 
-def node_local_root() -> str:
-    """Host directory of the node-local copies, on the GPU nodes' instance-store RAID0 (recipes/facts/storage.yaml)."""
-    return recipe_file("facts/storage.yaml")["nvme"]["host_path"]
+def node_local_root(graph: ServingGraph) -> str:
+    """Host directory of the node-local copies, on the GPU nodes' local-disk array (the cloud's node facts)."""
+    return node_local_disk(graph.node_facts).host_path
 
 
-def node_local_fs_path() -> str:
-    """Where the node-local root sits within the instance-store array's filesystem (the prefetch's FS_PATH): the
+def node_local_fs_path(graph: ServingGraph) -> str:
+    """Where the node-local root sits within the local-disk array's filesystem (the prefetch's FS_PATH): the
     host path below the array's mount point. A pod whose hostPath resolves elsewhere (no array) copies nothing."""
-    nvme = recipe_file("facts/storage.yaml")["nvme"]
-    array, host = nvme["array_mount_point"].rstrip("/"), nvme["host_path"]
+    disk = node_local_disk(graph.node_facts)
+    array, host = disk.array_mount_point.rstrip("/"), disk.host_path
     if not host.startswith(array + "/"):
-        raise ValueError(f"recipes/facts/storage.yaml nvme.host_path = {host}: must be under array_mount_point {array}")
+        raise ValueError(f"{disk.source} host_path = {host}: must be under array_mount_point {array}")
     return host[len(array) :]
 
 
 def node_local_dir(graph: ServingGraph) -> str:
     """One directory per revision; the workers mount it at the model-cache path."""
-    return f"{node_local_root()}/{graph.model_revision}"
+    return f"{node_local_root(graph)}/{graph.model_revision}"
 
 
 def model_dir_name(graph: ServingGraph) -> str:
@@ -135,7 +134,7 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
         repo=model_dir_name(graph),
         revision=graph.model_revision,
         port=PREFETCH_PORT,
-        fs_path=node_local_fs_path(),
+        fs_path=node_local_fs_path(graph),
         resources={"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "16Gi"}},
     )
     containers = [container]
@@ -156,7 +155,7 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
                 repo=d.cache_dir,
                 revision=d.revision,
                 port=DRAFTER_PREFETCH_PORT,
-                fs_path=f"{node_local_fs_path()}/{sub}",
+                fs_path=f"{node_local_fs_path(graph)}/{sub}",
                 resources={"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
             )
         )
@@ -174,7 +173,7 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
             "volumes": [
                 {"name": "scripts", "configMap": {"name": f"{n['prefetch']}-script"}},
                 {"name": REMOTE_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": n["pvc"], "readOnly": True}},
-                {"name": "node-local", "hostPath": {"path": node_local_root(), "type": "DirectoryOrCreate"}},
+                {"name": "node-local", "hostPath": {"path": node_local_root(graph), "type": "DirectoryOrCreate"}},
             ],
         },
         config_maps=(script,),
@@ -184,6 +183,15 @@ def weights_prefetch_objects(graph: ServingGraph, image: str, node_selector: dic
     # new pod finds its preferred readers still old (404) and reads (N-k+1)/N of the checkpoint from the bucket,
     # (N+1)/2 checkpoints over the Local Zone link in all. Old workers keep the old copy (weights_prefetch.make_room).
     daemonset["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}
+    # It mounts the weights as the workers do: the cloud's pod annotations and reader identity (GKE: GCS FUSE, WI).
+    template, facts = daemonset["spec"]["template"], graph.node_facts
+    if facts.weights_pod_annotations:
+        template["metadata"]["annotations"] = {
+            **template["metadata"].get("annotations", {}),
+            **dict(facts.weights_pod_annotations),
+        }
+    if facts.worker_service_account:
+        template["spec"]["serviceAccountName"] = facts.worker_service_account
     return [script, service, daemonset]
 
 

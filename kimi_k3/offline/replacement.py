@@ -17,9 +17,10 @@ consumers, read from their source (commits named so a newer release can be re-ch
   `data`/`binaryData` unless the provider enables mutability. Custom resources (DynamoGraphDeployment,
   ComputeDomain) have no table: only name and namespace replace them. Named objects keeping their name and
   namespace are deleted before they are re-created. helm.sh/v3 Release (helm_release.go): `name`, `namespace`.
-- AWS resources: the ForceNew arguments of terraform-provider-aws, which the bridged provider applies, for the
-  types whose source we read (recipes/facts/aws-force-new.yaml, with sources). A change to any other AWS input is
-  classified `update` with `certain=False`: the real `pulumi preview` decides.
+- AWS and Google Cloud resources: the ForceNew arguments of terraform-provider-aws / -google, which the bridged
+  providers apply, for the types whose source we read (recipes/facts/aws-force-new.yaml, gcp-force-new.yaml, with
+  sources). A change to any other AWS or GCP input is classified `update` with `certain=False`: the real
+  `pulumi preview` decides.
 
 A URN that changes (Pulumi name, parent, or type token, which for Kubernetes carries apiVersion and kind) is a
 delete of the old URN and a create of the new one. When both name the same Kubernetes object, the create fails
@@ -139,13 +140,14 @@ class AwsRules:
 
 @lru_cache(maxsize=1)
 def aws_rules() -> dict[str, AwsRules]:
-    """Pulumi type -> which inputs force a new resource (recipes/facts/aws-force-new.yaml, sources there)."""
-    data = recipe_file("facts/aws-force-new.yaml")
+    """Pulumi type -> which inputs force a new resource, for the bridged clouds (recipes/facts/aws-force-new.yaml and
+    gcp-force-new.yaml, sources there)."""
+    types = {**recipe_file("facts/aws-force-new.yaml")["types"], **recipe_file("facts/gcp-force-new.yaml")["types"]}
     return {
         t: AwsRules(
             tuple(v.get("forceNew") or ()), tuple(v.get("forceNewWhenDecreased") or ()), frozenset(v.get("known") or ())
         )
-        for t, v in data["types"].items()
+        for t, v in types.items()
     }
 
 
@@ -275,7 +277,7 @@ def classify_pair(
         dbr = _k8s_delete_before_replace(o, n)
     elif rtype in aws_rules():
         changes, certain = _aws_changes(aws_rules()[rtype], old_inputs, new_inputs)
-    elif rtype.startswith("aws:"):
+    elif rtype.startswith(("aws:", "gcp:")):  # a bridged cloud's type whose ForceNew arguments were not read
         changes = _diff(old_inputs, new_inputs, ())
         certain = not changes
     else:  # component resources and anything else: no provider diff, inputs compared as they are

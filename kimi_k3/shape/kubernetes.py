@@ -129,7 +129,9 @@ POD_SPEC = OBJ(
         "resourceClaims": LIST(
             OBJ({"name": STR, "resourceClaimName": STR, "resourceClaimTemplateName": STR}, ("name",))
         ),
-        "securityContext": OBJ({"runAsUser": INT, "runAsGroup": INT, "fsGroup": INT, "runAsNonRoot": BOOL}),
+        "securityContext": OBJ(
+            {"runAsUser": INT, "runAsGroup": INT, "fsGroup": INT, "fsGroupChangePolicy": STR, "runAsNonRoot": BOOL}
+        ),
         "serviceAccountName": STR,
         "restartPolicy": STR,
         "hostNetwork": BOOL,

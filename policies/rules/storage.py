@@ -7,7 +7,8 @@ Who may write a shared volume is decided outside the pod spec, so the rule assem
   applyDefaultSecurityContext), never runAsUser;
 - fsGroup and supplementalGroups do nothing here: the EFS CSI driver declares no fsGroupPolicy (its chart's
   csidriver.yaml), so for ReadWriteMany volumes without fsType kubelet chowns nothing, and NFS has no ownership
-  management at all;
+  management at all; except on a driver whose CSIDriver says `fsGroupPolicy: File` (Filestore): there kubelet gives
+  the volume root the pod's fsGroup, adds group rwx and setgid (pkg/volume/volume_linux.go SetVolumeOwnership);
 - how the volume root is prepared: an EFS access point (every request runs as its PosixUser; EFS creates its root
   directory with CreationInfo owner and mode), the EFS CSI driver's dynamic provisioning (an access point per claim,
   root directory owned by its uid/gid with `directoryPerms`), or nothing: a new EFS file system's root is root:root
@@ -19,10 +20,10 @@ Who may write a shared volume is decided outside the pod spec, so the rule assem
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-from kimi_k3.facts.images import image_facts
+from kimi_k3.facts.images import image_facts, operator_default_fs_group
 from policies.rules.base import Context, Finding, Result, Skipped, all_containers, name_of, pod_specs, target_of
 
 EFS_DRIVER = "efs.csi.aws.com"
@@ -36,6 +37,9 @@ SHARED_DRIVERS = {
 }
 # Block devices (one node's filesystem, fsGroup applies): never a shared filesystem, whatever the claim's access mode.
 BLOCK_DRIVERS = {"ebs.csi.aws.com", "pd.csi.storage.gke.io", "disk.csi.azure.com"}
+# Shared drivers whose CSIDriver declares fsGroupPolicy File (kubernetes-sigs/gcp-filestore-csi-driver
+# deploy/kubernetes/overlays/stable-master/fsgrouppolicy.yaml): kubelet applies the pod's fsGroup to the volume root.
+FS_GROUP_DRIVERS = {"filestore.csi.storage.gke.io"}
 ACCESS_POINT_TYPE = "aws:efs/accessPoint:AccessPoint"
 NEW_ROOT = (0, 0, 0o755)  # owner uid, gid, mode of a new EFS root (documented) or NFS/FSx export (assumed)
 # What the Pulumi engine passes a policy for a value not known yet (pulumi_policy/proxy.py UNKNOWN_*_VALUE): during a
@@ -52,6 +56,7 @@ class Prepared:
     mode: int
     how: str
     writer: Optional[tuple[int, int]] = None  # an access point's enforced POSIX user (replaces the container's)
+    fs_group: bool = False  # the driver applies the pod's fsGroup to the root (FS_GROUP_DRIVERS)
 
 
 def _by_name(objects: Sequence[Mapping], kind: str) -> dict[tuple[Optional[str], str], Mapping]:
@@ -159,7 +164,9 @@ def _prepared(
             )
         return kind, Prepared(
             *NEW_ROOT,
-            f"PersistentVolume {pv_name}: {kind} root as created, root:root 0755 (no access point, nothing chowns it)",
+            f"PersistentVolume {pv_name}: {kind} root as created, root:root 0755"
+            + ("" if driver in FS_GROUP_DRIVERS else " (no access point, nothing chowns it)"),
+            fs_group=driver in FS_GROUP_DRIVERS,
         )
     sc_name = spec.get("storageClassName")
     sc = _find(_by_name(objects, "StorageClass"), None, sc_name) if sc_name else None
@@ -197,6 +204,10 @@ def _prepared(
             mode,
             f"storage class {sc_name}: EFS access point per claim, directoryPerms {params.get('directoryPerms')}",
             (uid, gid),
+        )
+    if driver in FS_GROUP_DRIVERS:  # a new share's root, as any NFS export's: root:root 0755, until kubelet's fsGroup
+        return SHARED_DRIVERS[driver], Prepared(
+            *NEW_ROOT, f"storage class {sc_name}: a new {SHARED_DRIVERS[driver]} share, root:root 0755", fs_group=True
         )
     return SHARED_DRIVERS[driver], f"storage class {sc_name} ({driver}): how it prepares a volume's root is unknown"
 
@@ -239,7 +250,15 @@ def check_shared_mounts_writable(objects: Sequence[Mapping], ctx: Context) -> It
         namespace = (obj.get("metadata") or {}).get("namespace")
         for label, spec in pod_specs(obj):
             volumes = {v.get("name"): v for v in spec.get("volumes") or []}
-            groups_extra = {int(g) for g in (spec.get("securityContext") or {}).get("supplementalGroups") or []}
+            psc = spec.get("securityContext") or {}
+            fs_group = int(psc["fsGroup"]) if psc.get("fsGroup") is not None else None
+            fs_from = "the pod's fsGroup"
+            if label.startswith("component ") and "securityContext" not in spec:
+                fs_group, fs_from = operator_default_fs_group(), "the Dynamo operator's default fsGroup"
+            # kubelet adds fsGroup to every container's supplementary groups, whatever the volume.
+            groups_extra = {int(g) for g in psc.get("supplementalGroups") or []} | (
+                {fs_group} if fs_group is not None else set()
+            )
             for container in all_containers(spec):
                 for mount in container.get("volumeMounts") or []:
                     vol = volumes.get(mount.get("name")) or {}
@@ -266,6 +285,13 @@ def check_shared_mounts_writable(objects: Sequence[Mapping], ctx: Context) -> It
                     if isinstance(prep, str):
                         yield Skipped(target_of(obj), f"{where}: writable {kind} mount; {prep}")
                         continue
+                    if prep.fs_group and fs_group is not None:
+                        prep = replace(
+                            prep,
+                            owner_gid=fs_group,
+                            mode=prep.mode | 0o2770,
+                            how=f"{prep.how}, then {fs_from} {fs_group} (fsGroupPolicy File): g+rwx setgid",
+                        )
                     if prep.writer is not None:
                         uid, gid = prep.writer
                         who = f"the access point's POSIX user {uid}:{gid}"
@@ -281,7 +307,12 @@ def check_shared_mounts_writable(objects: Sequence[Mapping], ctx: Context) -> It
                     yield Finding(
                         target_of(obj),
                         f"{where}{sub} is a writable {kind} mount ({prep.how}), but it "
-                        f"runs as {who}, which cannot write there (fsGroup changes nothing on this driver); "
-                        "prepare the volume for that uid (an EFS access point with that PosixUser and "
-                        "CreationInfo) or run as the owner",
+                        f"runs as {who}, which cannot write there "
+                        + (
+                            "(the driver applies fsGroup, and the pod sets none); set the pod's "
+                            "securityContext.fsGroup to a group of that uid"
+                            if prep.fs_group
+                            else "(fsGroup changes nothing on this driver); prepare the volume for that uid (an "
+                            "EFS access point with that PosixUser and CreationInfo) or run as the owner"
+                        ),
                     )

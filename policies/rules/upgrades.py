@@ -127,7 +127,8 @@ def check_replacement_certain(classes: Sequence[R.Classification]) -> Iterator[R
             yield Finding(
                 _target(c),
                 f"{c.action} of {changed}: whether the provider replaces this is not modelled "
-                "offline (recipes/facts/aws-force-new.yaml); read `pulumi preview --diff` before `up`",
+                "offline (recipes/facts/aws-force-new.yaml, gcp-force-new.yaml); "
+                "read `pulumi preview --diff` before `up`",
             )
 
 

@@ -408,9 +408,13 @@ def test_the_prefetch_knows_whether_its_host_path_is_on_the_instance_store_array
     assert wp.filesystem_path(ON_ARRAY, "/etc") == ("/etc", "overlay")
     spaced = ON_ARRAY.replace("/kimi-k3-weights /node-local", "/a\\040b /node-local")
     assert wp.filesystem_path(spaced, "/node-local")[0] == "/a b"
+    from types import SimpleNamespace
+
+    from kimi_k3.graph.model import NodeFacts
     from kimi_k3.k8s.node_local import node_local_fs_path
 
-    assert node_local_fs_path() == "/kimi-k3-weights", "what the pod sees on the array for recipes' host_path"
+    eks = SimpleNamespace(node_facts=NodeFacts())  # EKS hands the graph no local-disk facts: the instance store's
+    assert node_local_fs_path(eks) == "/kimi-k3-weights", "what the pod sees on the array for recipes' host_path"
 
 
 def test_the_pod_entrypoint_copies_nothing_off_the_array(tmp_path):
@@ -479,4 +483,9 @@ def test_the_gpu_nodes_ask_nodeadm_for_the_array_the_prefetch_writes_to(stack, r
     assert storage["strategy"] in ("RAID0", "RAID10")
     nvme = kimi_k3_data.recipe_file("facts/storage.yaml")["nvme"]
     assert storage.get("mountPath", "/mnt/k8s-disks").rstrip("/") + "/0" == nvme["array_mount_point"]
-    assert nvme["host_path"] == nvme["array_mount_point"] + node_local.node_local_fs_path()
+    from types import SimpleNamespace
+
+    from kimi_k3.graph.model import NodeFacts
+
+    eks = SimpleNamespace(node_facts=NodeFacts())
+    assert nvme["host_path"] == nvme["array_mount_point"] + node_local.node_local_fs_path(eks)

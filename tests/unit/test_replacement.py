@@ -400,6 +400,21 @@ def test_aws_force_new_from_the_terraform_schema():
     assert not c.certain
 
 
+def test_gcp_force_new_from_the_terraform_schema():
+    """terraform-provider-google's node_config.go: ephemeral_storage_local_ssd_config is ForceNew, so adding Local SSD
+    ephemeral storage to an existing GPU pool recreates it (recipes/facts/gcp-force-new.yaml); any other GCP change is
+    an update nobody read the schema for: uncertain, as on AWS."""
+    pool = "gcp:container/nodePool:NodePool"
+    base = aws(pool, nodeCount=4, nodeConfig={"machineType": "a4x-highgpu-4g"})
+    ssd = {"machineType": "a4x-highgpu-4g", "ephemeralStorageLocalSsdConfig": {"localSsdCount": 0}}
+    c = one([base], [aws(pool, nodeCount=4, nodeConfig=ssd)])
+    assert c.action == R.REPLACE and c.replace_paths == ("nodeConfig.ephemeralStorageLocalSsdConfig",)
+    c = one([base], [aws(pool, nodeCount=6, nodeConfig=base["inputs"]["nodeConfig"])])
+    assert c.action == R.UPDATE and not c.certain
+    c = one([aws("gcp:compute/network:Network", mtu=1460)], [aws("gcp:compute/network:Network", mtu=8896)])
+    assert c.action == R.UPDATE and not c.certain
+
+
 def test_property_paths_round_trip():
     p = 'metadata.annotations["pulumi.com/waitFor"]'
     assert property_paths.parse_path(p) == ("metadata", "annotations", "pulumi.com/waitFor")
