@@ -111,3 +111,21 @@ def test_the_stdlib_check_sees_a_planted_third_party_import(tmp_path):
     (tmp_path / "pods" / "planted.py").write_text("import json\n\ndef f():\n    import requests\n")
     (tmp_path / "pods" / "smoke.py").write_text("import torch\n")  # torch only where the image provides it
     assert non_stdlib_imports(tmp_path / "pods") == ["planted.py: requests", "smoke.py: torch"]
+
+
+ARGPARSE = "argparse: only commands parse a command line; the core takes typed options"
+
+
+@pytest.mark.parametrize("where", ["kimi_k3/rehearsal", "policies/rules", "kimi_k3/config"])
+def test_argparse_outside_the_commands_breaks_the_contract(tmp_path, where):
+    """The rehearsal took an argparse.Namespace and a policy built its own parser; commands build typed options."""
+    tree = _copy(tmp_path)
+    (tree / where / "planted.py").write_text("import argparse\n")
+    out = _lint(tree)
+    module = where.replace("/", ".") + ".planted"
+    assert out.returncode != 0
+    assert f"{ARGPARSE} BROKEN" in out.stdout, out.stdout[-2000:]
+    assert f"{module} -> argparse (l.1)" in out.stdout, out.stdout[-2000:]
+    (tree / where / "planted.py").unlink()
+    (tree / "kimi_k3" / "commands" / "planted.py").write_text("import argparse\n")  # where a command line is parsed
+    assert f"{ARGPARSE} KEPT" in _lint(tree).stdout
