@@ -80,3 +80,14 @@ def pod_specs(objects):
                 yield f"{c['name']} (DGD)", c["podTemplate"]["spec"]
         elif o["kind"] in ("Job", "DaemonSet", "Deployment", "StatefulSet"):
             yield f"{o['metadata']['name']} ({o['kind']})", o["spec"]["template"]["spec"]
+
+
+def sweep(cases, fast) -> list:
+    """Parameters of a table-driven test: the cases named in `fast` (or the first `fast`) run in `make test`, the
+    rest are marked `slow` (`make test-slow`; CI runs both lanes): a sweep of CLI runs stays out of the unit lane."""
+    import pytest
+
+    cases = list(cases)
+    keep = set(cases[:fast]) if isinstance(fast, int) else set(fast)
+    assert keep <= set(cases), sorted(keep - set(cases))
+    return [c if c in keep else pytest.param(c, marks=pytest.mark.slow) for c in cases]

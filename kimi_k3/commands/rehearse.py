@@ -15,6 +15,7 @@ from typing import Any
 from kimi_k3.commands.argtypes import bounded, choice_list, positive, positive_int, seconds_window, whole
 from kimi_k3.pods import workload
 from kimi_k3.rehearsal.load import TRACE_MAX_REQUESTS, TRACE_MAX_SECONDS
+from kimi_k3.rehearsal.options import RehearseOptions
 from kimi_k3.rehearsal.processes import Interrupted
 from kimi_k3.rehearsal.run import execute
 
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        return execute(args, say)
+        return execute(RehearseOptions.from_values(args), say)  # the core never sees argparse
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

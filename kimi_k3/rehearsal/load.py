@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
@@ -12,6 +11,7 @@ from typing import Any, Callable, Optional
 from kimi_k3.errors import UserError
 from kimi_k3.pods import workload
 from kimi_k3.rehearsal import plan as rehearsal
+from kimi_k3.rehearsal.options import RehearseOptions
 from kimi_k3.rehearsal.processes import Processes, RehearsalFailed
 from kimi_k3.sizing import trace_cache
 
@@ -107,7 +107,7 @@ class Trace:
         }
 
 
-def load_trace(args: argparse.Namespace, max_model_len: int, block_size: int) -> Optional[Trace]:
+def load_trace(args: RehearseOptions, max_model_len: int, block_size: int) -> Optional[Trace]:
     """--trace FILE's selection, checked against the bounds before anything starts (None without --trace)."""
     if args.trace is None:
         given = [
@@ -149,7 +149,7 @@ def load_trace(args: argparse.Namespace, max_model_len: int, block_size: int) ->
     return t
 
 
-def resolve_workload(cfg: Any, args: argparse.Namespace) -> workload.Workload:
+def resolve_workload(cfg: Any, args: RehearseOptions) -> workload.Workload:
     """The stack's benchmark workload (kimi-k3:serving.benchmark) with this command's flags on top."""
     w = cfg.serving.benchmark.to_workload()
     given = {

@@ -87,3 +87,12 @@ def kv_hit_rate(frontend_samples: list[tuple[str, dict[str, str], float]], evide
 def worker_requests(worker_samples: list[tuple[str, dict[str, str], float]]) -> float:
     """Requests one worker process handled on its generate endpoint (its own system server's metrics)."""
     return metric_sum(worker_samples, "dynamo_component_requests_total", dynamo_endpoint="generate")
+
+
+HIT_METRICS = ("dynamo_frontend_input_sequence_tokens_sum", *CACHED_METRIC.values())
+
+
+def delta(before, after, names=HIT_METRICS) -> list[tuple[str, dict[str, str], float]]:
+    """What each counter in `names` grew by between two scrapes, as samples kv_hit_rate() reads."""
+    b = {n: metric_sum(before, n) for n in names}
+    return [(n, {}, metric_sum(after, n) - b[n]) for n in names]

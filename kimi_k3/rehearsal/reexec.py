@@ -1,11 +1,11 @@
-"""The `rehearse` command line rebuilt from its parsed arguments, to re-run it inside the network namespace."""
+"""The `rehearse` command line rebuilt from its options, to re-run it inside the network namespace."""
 
 from __future__ import annotations
 
-import argparse
+from kimi_k3.rehearsal.options import RehearseOptions
 
 
-def command_line(args: argparse.Namespace) -> list[str]:
+def command_line(args: RehearseOptions) -> list[str]:
     """The same command's arguments again (to re-run it inside the network namespace)."""
     out = [args.stack]
     for name in (
@@ -25,7 +25,7 @@ def command_line(args: argparse.Namespace) -> list[str]:
         "trace_speedup",
         "kv_budget_gib",
     ):
-        value = getattr(args, name, None)
+        value = getattr(args, name)
         if value is not None:
             text = (
                 ",".join(value)
@@ -41,6 +41,6 @@ def command_line(args: argparse.Namespace) -> list[str]:
         out
         + ([] if args.load else ["--no-load"])
         + (["--host-network"] if args.host_network else [])
-        + (["--plan-config"] if getattr(args, "plan_config", False) else [])
+        + (["--plan-config"] if args.plan_config else [])
         + ([] if args.perf_model else ["--mocker-timing"])
     )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Optional
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from kimi_k3.pods import workload
 from kimi_k3.rehearsal.metrics import HIT_SOURCE, endpoint_component
@@ -156,3 +157,22 @@ def render_markdown(report: Mapping[str, Any], plots: Iterable[str] = ()) -> str
 
 def format_seconds(s: float) -> str:
     return f"{s:.1f}s" if s < 60 else f"{int(s // 60)}m{math.floor(s % 60):02d}s"
+
+
+def summary(report: Mapping[str, Any], out: Path, say: Callable[[str], None]) -> None:
+    """The console's last line: what report.md says, in the same units."""
+    load, fmt = report["load"], _fmt
+    t, hit = load["ttft_ms"], report["kv_hit_rate"]
+    say(
+        f"{report['stack']}: ready {fmt(report['ready_seconds'], ' s')}, smoke "
+        f"{'passed' if report['smoke']['passed'] else 'FAILED'}"
+        + (
+            f", TTFT p50/p90/p99 {fmt(t['p50'])}/{fmt(t['p90'])}/{fmt(t['p99'])} ms, "
+            f"ITL p50 {fmt(load['itl_ms']['p50'])} ms, {fmt(load['output_tokens_per_second'])} output tok/s, "
+            f"KV hit rate {'-' if hit is None else f'{100 * hit:.1f}%'}"
+            if load["requests"]
+            else ""
+        )
+        + (f", FAILED: {report['failure']}" if report["failure"] else "")
+        + f" -> {out}/report.md"
+    )

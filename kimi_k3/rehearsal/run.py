@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -32,6 +31,7 @@ from kimi_k3.rehearsal.load import (
     run_aiperf,
     trace_argv,
 )
+from kimi_k3.rehearsal.options import RehearseOptions
 from kimi_k3.rehearsal.processes import (
     BROKER,
     FIXTURE,
@@ -53,7 +53,8 @@ from kimi_k3.sizing import trace_cache
 from kimi_k3.sizing.layout import PerfError
 
 
-def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
+def execute(args: RehearseOptions, say: Callable[[str], None]) -> int:
+    """Run the rehearsal `args` asks for; the exit code (2: bad input, refused before anything starts)."""
     try:
         problem = stack_name_problem(args.stack)
         if problem:
@@ -91,14 +92,14 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     if trace is not None:
         runs_wanted = ["trace"]
     plan_cfg = None
-    if getattr(args, "plan_config", False):  # plan --trace's P:D config for this selection, deployed instead
+    if args.plan_config:  # plan --trace's P:D config for this selection, deployed instead
         try:
             graph, plan_cfg = trace_confirm.for_trace(args, graph, trace)
         except (UserError, PerfError) as err:
             say(f"kimi-k3 rehearse {args.stack}: {err}")
             return 2
         say(f"--plan-config: {plan_cfg['prefill']} prefill + {plan_cfg['decode']} decode (plan --trace)")
-    if getattr(args, "kv_budget_gib", None) is not None:  # checked before anything is created or removed
+    if args.kv_budget_gib is not None:  # checked before anything is created or removed
         room = min(p.to_json()["kv_pool_gib_per_gpu"] for p in graph_role_plans.role_kv_plans(graph).values())
         if args.kv_budget_gib > room:
             say(
@@ -131,23 +132,24 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         d.mkdir(parents=True, exist_ok=True)
     if trace is not None:  # the selected lines, unchanged: what AIPerf replays and the report describes
         write_text(out / TRACE_COPY, "".join(trace.lines))
-    args.network = "private network namespace (loopback only)" if os.environ.get(NETNS_ENV) == "1" else "host loopback"
+    network = "private network namespace (loopback only)" if os.environ.get(NETNS_ENV) == "1" else "host loopback"
 
     # Step timing from the stack's performance model unless a profile (or the mocker's own timing) is asked for.
-    args.timing = "perf profile " + args.perf_profile if args.perf_profile else "mocker"
-    if args.perf_profile is None and args.perf_model:
+    perf_profile = args.perf_profile
+    timing = "perf profile " + perf_profile if perf_profile else "mocker"
+    if perf_profile is None and args.perf_model:
         from kimi_k3.sizing import mocker, perf
 
         try:
             profile = rehearsal.perf_profile(graph)
-            args.perf_profile = str(
+            perf_profile = str(
                 write_with(out / "perf_profile.npz", lambda tmp: mocker.write_mocker_profile(profile, tmp))
             )
-            args.timing = "perf model"
+            timing = "perf model"
         except perf.PerfError as err:
             say(f"rehearse {args.stack}: the mocker's own timing (no performance model for this layout: {err})")
     # The same KV plan `kimi-k3 plan STACK` prints for each role.
-    role_plans = graph_role_plans.role_kv_plans(graph, getattr(args, "kv_budget_gib", None))
+    role_plans = graph_role_plans.role_kv_plans(graph, args.kv_budget_gib)
     try:  # frontend HTTP, the broker's XSUB and XPUB, one system (metrics) port per worker: all distinct
         http_port, xsub_port, xpub_port, *metrics_ports = free_ports(3 + sum(r.replicas for r in graph.roles))
     except RehearsalFailed as err:
@@ -160,7 +162,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         metrics_ports=metrics_ports,
         model_path=str(model_dir),
         speedup_ratio=args.speedup_ratio,
-        perf_profile=args.perf_profile,
+        perf_profile=perf_profile,
     )
     # TMPDIR of every child (AIPerf's memory-mapped datasets and IPC sockets: a short path, sun_path holds 107
     # bytes) and this run's own discovery directory (another run's registrations never count as its workers);
@@ -195,7 +197,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
             f"blocks of {plan.block_size})"
             for r in plan.roles
         )
-        + f"; frontend {plan.url} ({args.network}); logs {logs}"
+        + f"; frontend {plan.url} ({network}); logs {logs}"
     )
 
     procs = Processes(logs, env, say)
@@ -216,7 +218,7 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         nonlocal worker_load, kv_hit
         worker_load = {p.name: metrics.worker_requests(_metrics(p.metrics_port)) for p in plan.workers}
         if before is not None:
-            kv_hit = metrics.kv_hit_rate(_delta(before, _metrics(plan.http_port), HIT_METRICS), plan.cache_evidence)
+            kv_hit = metrics.kv_hit_rate(metrics.delta(before, _metrics(plan.http_port)), plan.cache_evidence)
 
     try:
         try:
@@ -316,12 +318,12 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         failure=failure,
         extra={
             "total_seconds": round(time.monotonic() - started, 2),
-            "network": args.network,
+            "network": network,
             "scratch_dir": str(scratch),
             "discovery_dir": str(discovery),
             "readiness": None if readiness is None else dataclasses.asdict(readiness),
             "speedup_ratio": args.speedup_ratio,
-            "timing": args.timing,
+            "timing": timing,
             "aiperf": {
                 "requests": w.requests,
                 "duration_cap_s": w.duration_seconds,
@@ -335,7 +337,10 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                 else {
                     "trace": {
                         **trace.report(
-                            kv_hit, _trace_measured(plan, graph, trace, sampler, kv_hit, say, out, args.speedup_ratio)
+                            kv_hit,
+                            trace_report.measured_or_error(
+                                plan, graph, trace, sampler, kv_hit, say, out, args.speedup_ratio
+                            ),
                         ),
                         **(
                             {}
@@ -356,44 +361,5 @@ def execute(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     except Exception as err:  # a plot must never hide the result
         say(f"plots skipped: {type(err).__name__}: {err}")
     write_text(out / "report.md", rehearsal_report.render_markdown(report, plots))
-    _summary(report, out, say)
+    rehearsal_report.summary(report, out, say)
     return code
-
-
-HIT_METRICS = ("dynamo_frontend_input_sequence_tokens_sum", *metrics.CACHED_METRIC.values())
-
-
-def _trace_measured(plan, graph, trace, sampler, kv_hit, say, out: Path, mocker_speedup: float) -> dict[str, Any]:
-    """The replay's measured sections; a failure here is named in the report, never hides the rest."""
-    try:
-        exported = out / "aiperf" / "trace" / workload.SERVER_METRICS_FILE  # AIPerf's scrape of the frontend
-        server = json.loads(exported.read_text()) if exported.is_file() else None
-        samples = sampler.samples if sampler else []
-        speeds = (trace.speedup, mocker_speedup)
-        return trace_report.measured(plan, graph, trace.requests, samples, kv_hit, server, speeds)
-    except Exception as err:  # noqa: BLE001 (the report is written whatever happens)
-        say(f"trace report incomplete: {type(err).__name__}: {err}")
-        return {"measured_error": f"{type(err).__name__}: {err}"}
-
-
-def _delta(before, after, names) -> list[tuple[str, dict[str, str], float]]:
-    b = {n: metrics.metric_sum(before, n) for n in names}
-    return [(n, {}, metrics.metric_sum(after, n) - b[n]) for n in names]
-
-
-def _summary(report: dict[str, Any], out: Path, say: Callable[[str], None]) -> None:
-    load, fmt = report["load"], rehearsal_report._fmt  # the console says what report.md says, in the same units
-    t, hit = load["ttft_ms"], report["kv_hit_rate"]
-    say(
-        f"{report['stack']}: ready {fmt(report['ready_seconds'], ' s')}, smoke "
-        f"{'passed' if report['smoke']['passed'] else 'FAILED'}"
-        + (
-            f", TTFT p50/p90/p99 {fmt(t['p50'])}/{fmt(t['p90'])}/{fmt(t['p99'])} ms, "
-            f"ITL p50 {fmt(load['itl_ms']['p50'])} ms, {fmt(load['output_tokens_per_second'])} output tok/s, "
-            f"KV hit rate {'-' if hit is None else f'{100 * hit:.1f}%'}"
-            if load["requests"]
-            else ""
-        )
-        + (f", FAILED: {report['failure']}" if report["failure"] else "")
-        + f" -> {out}/report.md"
-    )

@@ -12,6 +12,7 @@ import math
 from typing import Any, Mapping, Optional, Sequence
 
 from kimi_k3.errors import UserError
+from kimi_k3.rehearsal.options import RehearseOptions
 
 CAVEAT = (
     "the mockers run at the performance model's speed (the model plan --trace sized with, / --speedup-ratio): "
@@ -107,7 +108,7 @@ def verdict(
     }
 
 
-def for_trace(args: Any, graph: Any, trace: Any) -> tuple[Any, dict[str, Any]]:
+def for_trace(args: RehearseOptions, graph: Any, trace: Any) -> tuple[Any, dict[str, Any]]:
     """(the graph at plan --trace's config for the selection, the config); the same as `kimi-k3 plan STACK --trace
     OUT/trace.jsonl` (the selection the run replays) prints, at the replay's timing (plan_config)."""
     if trace is None:
@@ -123,7 +124,9 @@ def for_trace(args: Any, graph: Any, trace: Any) -> tuple[Any, dict[str, Any]]:
     return apply(graph, config, args.stack), config
 
 
-def run_verdict(config: Any, cfg: Any, sampler: Any, runs: Mapping[str, Any], trace: Any, args: Any) -> dict[str, Any]:
+def run_verdict(
+    config: Any, cfg: Any, sampler: Any, runs: Mapping[str, Any], trace: Any, args: RehearseOptions
+) -> dict[str, Any]:
     """verdict() on what the run measured: the replay's samples, AIPerf's summary, the stack's alert thresholds."""
     from kimi_k3.k8s.monitoring import settings
     from kimi_k3.pods.workload import load_summary

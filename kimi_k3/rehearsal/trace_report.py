@@ -8,7 +8,9 @@ kimi_k3/sizing/trace_plan.py (what `kimi-k3 plan STACK --trace` prints); prices 
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from kimi_k3.pods import workload
@@ -193,3 +195,16 @@ def measured(
         used, out["cost_note"] = None, f"no stack cost: {type(err).__name__}: {err}"
     out["cost"] = cost(requests, graph.block_size, used, capacity_rps(out["ratio"], replicas), achieved_hit_rate)
     return out
+
+
+def measured_or_error(plan, graph, trace, sampler, kv_hit, say, out: Path, mocker_speedup: float) -> dict[str, Any]:
+    """The replay's measured sections; a failure here is named in the report, never hides the rest."""
+    try:
+        exported = out / "aiperf" / "trace" / workload.SERVER_METRICS_FILE  # AIPerf's scrape of the frontend
+        server = json.loads(exported.read_text()) if exported.is_file() else None
+        samples = sampler.samples if sampler else []
+        speeds = (trace.speedup, mocker_speedup)
+        return measured(plan, graph, trace.requests, samples, kv_hit, server, speeds)
+    except Exception as err:  # noqa: BLE001 (the report is written whatever happens)
+        say(f"trace report incomplete: {type(err).__name__}: {err}")
+        return {"measured_error": f"{type(err).__name__}: {err}"}

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 PULUMI_SDKS = ("pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "grpc")
@@ -25,6 +26,7 @@ def _imported_after(argv: list[str]) -> set[str]:
     return set(json.loads(proc.stdout.splitlines()[-1]))
 
 
+@pytest.mark.slow  # three interpreters started from scratch (~12 s)
 def test_help_and_plan_import_no_pulumi_sdk():
     for argv in (["--help"], ["plan", "gb300-disagg"], ["check", "--help"]):
         loaded = _imported_after(argv) & set(PULUMI_SDKS)

@@ -48,6 +48,6 @@ def test_budget_sizes_every_role_as_plan_does():
 def test_budget_survives_the_reexec():
     parser = argparse.ArgumentParser()
     cmd.register(parser.add_subparsers())
-    args = parser.parse_args(["rehearse", "gb300", "--kv-budget-gib", "0.5"])
+    args = cmd.RehearseOptions.from_values(parser.parse_args(["rehearse", "gb300", "--kv-budget-gib", "0.5"]))
     again = parser.parse_args(["rehearse", *reexec.command_line(args)])
     assert again.kv_budget_gib == 0.5

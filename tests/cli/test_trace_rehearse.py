@@ -126,7 +126,7 @@ def parse(extra):
 
     parser = argparse.ArgumentParser()
     cmd.register(parser.add_subparsers())
-    return parser.parse_args(["rehearse", "gb300", *extra])
+    return cmd.RehearseOptions.from_values(parser.parse_args(["rehearse", "gb300", *extra]))
 
 
 def test_trace_flags_survive_the_reexec_into_the_network_namespace(tmp_path):

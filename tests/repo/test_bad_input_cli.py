@@ -401,7 +401,6 @@ def test_sla_table_numbering_says_what_it_leaves_out(capsys, monkeypatch):
 def test_rehearsal_console_says_what_the_report_says():
     """The console printed TTFT to a thousandth of a ms and the hit rate as a fraction; report.md: 0.1 ms, %."""
     from kimi_k3.rehearsal import report as rehearsal_report
-    from kimi_k3.rehearsal.run import _summary
 
     report = {
         "stack": "gb300",
@@ -417,7 +416,7 @@ def test_rehearsal_console_says_what_the_report_says():
         },
     }
     said = []
-    _summary(report, Path("/x"), said.append)
+    rehearsal_report.summary(report, Path("/x"), said.append)
     assert "TTFT p50/p90/p99 440.1/613.0/700.5 ms" in said[0] and "ITL p50 9.9 ms" in said[0], said
     assert "KV hit rate 92.3%" in said[0] and "0.92" not in said[0], said
     md = rehearsal_report.render_markdown(

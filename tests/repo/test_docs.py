@@ -186,3 +186,38 @@ def test_every_page_the_code_cites_exists():
         elif frag and frag not in anchors(ROOT / page):
             wrong.append(f"{cited} (cited in {', '.join(sorted(where))}): no such heading")
     assert wrong == []
+
+
+# ------------------------------------------------------------------------------------------- recipes
+def recipe_cell(markdown: str) -> list[str]:
+    (row,) = [line for line in markdown.splitlines() if line.startswith("| `kimi-k3:recipe` |")]
+    return backticked(re.split(r"(?<!\\)\|", row)[2])  # cells split at unescaped pipes
+
+
+def test_the_configure_recipe_list_is_what_the_config_accepts():
+    """docs/configure.md listed only the seed four recipes after seven more were added (issue 26)."""
+    import typing
+
+    from kimi_k3.config.stack import StackConfig
+
+    accepted = typing.get_args(StackConfig.model_fields["recipe"].annotation)
+    assert recipe_cell((DOCS / "configure.md").read_text()) == list(accepted)
+    assert sorted(accepted) == sorted(p.stem for p in (ROOT / "recipes" / "profiles").glob("*.yaml"))
+
+
+def test_a_stale_recipe_list_is_caught():
+    stale = "| `kimi-k3:recipe` | `gb200` \\| `gb300` (required) | which profile |\n"
+    assert recipe_cell(stale) == ["gb200", "gb300"]
+
+
+def test_no_page_counts_the_stacks_by_a_word():
+    """Four stacks became sixteen while five pages still said "the four stacks"; name the set instead."""
+    stale = [
+        f"{doc.relative_to(ROOT)}: {m.group(0)!r}"
+        for doc in sorted(DOCS.glob("*.md"))
+        for m in re.finditer(
+            r"(?<![\w.-])(?:all |our |the )?(?:two|three|four|five|six|\d+) (?:EKS |GKE )?stacks\b", doc.read_text()
+        )
+        if not re.match(r"(?:the |all |our )?four seed", m.group(0))
+    ]
+    assert not stale, stale

@@ -36,6 +36,7 @@ def _lint(tree: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # lint-imports in a subprocess, twice (~10 s)
 def test_an_upward_import_breaks_the_layer_contract(tmp_path):
     tree = _copy(tmp_path)
     (tree / "kimi_k3" / "errors.py").write_text(
@@ -52,6 +53,7 @@ PODS = "pods: programs shipped into pods import only the standard library"
 LAYERS = "layers: each folder imports only the layers below it"
 
 
+@pytest.mark.slow  # lint-imports in a subprocess per case (~5 s each)
 @pytest.mark.parametrize(
     "planted, named, contract",
     [
@@ -111,3 +113,21 @@ def test_the_stdlib_check_sees_a_planted_third_party_import(tmp_path):
     (tmp_path / "pods" / "planted.py").write_text("import json\n\ndef f():\n    import requests\n")
     (tmp_path / "pods" / "smoke.py").write_text("import torch\n")  # torch only where the image provides it
     assert non_stdlib_imports(tmp_path / "pods") == ["planted.py: requests", "smoke.py: torch"]
+
+
+ARGPARSE = "argparse: only commands parse a command line; the core takes typed options"
+
+
+@pytest.mark.slow  # lint-imports in a subprocess, ~5 s
+def test_argparse_outside_the_commands_breaks_the_contract(tmp_path):
+    """The rehearsal took an argparse.Namespace and a policy built its own parser; commands build typed options."""
+    tree = _copy(tmp_path)
+    planted = ["kimi_k3/rehearsal", "policies/rules", "kimi_k3/config", "kimi_k3/commands"]
+    for where in planted:
+        (tree / where / "planted.py").write_text("import argparse\n")
+    out = _lint(tree)
+    assert out.returncode != 0
+    assert f"{ARGPARSE} BROKEN" in out.stdout, out.stdout[-2000:]
+    for where in planted[:-1]:
+        assert f"{where.replace('/', '.')}.planted -> argparse (l.1)" in out.stdout, out.stdout[-2000:]
+    assert "kimi_k3.commands.planted" not in out.stdout  # a command is where a command line is parsed

@@ -176,6 +176,7 @@ def test_aggregated_stack_plans_one_worker_role():
     assert [name for name, _ in g.autoscaling.profile_files] == ["decode_raw_data.json"]  # AggPlanner reads decode
 
 
+@pytest.mark.slow  # renders in fresh interpreters (~10 s)
 def test_generated_inputs_are_byte_identical_across_processes(autoscaled):
     code = (
         "import json,sys; sys.path.insert(0,'tests'); sys.path.insert(0,'tests/stacks'); from test_autoscaling import graph_of, cluster, ON; "

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from conftest import ROOT
 from support import render_stack_once as render_stack  # one render per stack per session
+from support import sweep
 
 from kimi_k3.commands.main import main
 from policies import rules
@@ -210,7 +211,7 @@ CLASS_1 = {
 }
 
 
-@pytest.mark.parametrize("name", list(CLASS_1))
+@pytest.mark.parametrize("name", sweep(CLASS_1, fast=3))
 def test_check_reports_malformed_objects_with_their_path(name, good, tmp_path, capsys, monkeypatch):
     make, expect = CLASS_1[name]
     path = tmp_path / "objects.yaml"
@@ -498,7 +499,9 @@ def project(tmp_path, monkeypatch):
     return proj
 
 
-@pytest.mark.parametrize("name", list(CLASS_4))
+@pytest.mark.parametrize(
+    "name", sweep(CLASS_4, ["hfToken secret in the shared file", "HF_TOKEN literal in the role env"])
+)
 def test_secrets_and_per_user_values_are_refused_offline(name, project, tmp_path, capsys):
     change, expect, never = CLASS_4[name]
     text = (project / "Pulumi.gb300.yaml").read_text()

@@ -78,7 +78,7 @@ def _local_argv(stack: str, cfg, graph, kind: str, cli: list[str]) -> list[str]:
     import argparse
 
     sub = argparse.ArgumentParser().add_subparsers()
-    args = rehearse.register(sub).parse_args([stack, *cli])
+    args = rehearse.RehearseOptions.from_values(rehearse.register(sub).parse_args([stack, *cli]))
     w = load.resolve_workload(cfg, args)
     plan = plan_rehearsal(
         graph, role_kv_plans(graph), http_port=18000, metrics_ports=range(21000, 21100), model_path="/fixture"

@@ -261,6 +261,7 @@ def test_estimates_override_from_stack_config():
     assert cfg.estimates.download_gbps == 2.5 and cfg.estimates.seconds["fsx_lustre"] == 60
 
 
+@pytest.mark.slow  # a real `kimi-k3 render` process (~8 s)
 def test_render_prints_the_critical_path(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "kimi_k3", "render", "gb300-disagg", "--out", str(tmp_path)],

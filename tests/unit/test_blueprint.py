@@ -31,7 +31,8 @@ def _holders(attr: str, real):
     """Every loaded module holding `real` as `attr`, or a counting wrapper of it (a module imported while a test ran
     bound that test's wrapper)."""
     for mod in list(sys.modules.values()):
-        held = getattr(mod, attr, None)
+        # the module's own dict: getattr() ran the SDKs' lazy-module __getattr__ (~1 min of imports per walk)
+        held = getattr(mod, "__dict__", {}).get(attr)
         if held is real or getattr(held, "counted_real", None) is real:
             yield mod
 
