@@ -54,6 +54,10 @@ def ratio(
         "prefill_requests_per_second_per_worker",
         "decode_requests_per_second_per_worker",
         "in_flight_alone",
+        "gpu",
+        "prefill_tp",
+        "decode_tp",
+        "block_size",
         "source",
     )
     return {**{k: base[k] for k in keep}, "sensitivity": sens}
