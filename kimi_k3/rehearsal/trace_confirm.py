@@ -118,7 +118,12 @@ def for_trace(args: RehearseOptions, graph: Any, trace: Any) -> tuple[Any, dict[
 
     prefill_tp, decode_tp = layout(graph.roles)
     r = trace_plan.pd_ratio(
-        trace.requests, gpu=graph.platform.name, prefill_tp=prefill_tp, decode_tp=decode_tp, block_size=graph.block_size
+        trace.requests,
+        gpu=graph.platform.name,
+        prefill_tp=prefill_tp,
+        decode_tp=decode_tp,
+        block_size=graph.block_size,
+        max_num_seqs=graph.decode_max_num_seqs,
     )
     config = plan_config(r, args.trace_speedup, args.speedup_ratio)
     return apply(graph, config, args.stack), config

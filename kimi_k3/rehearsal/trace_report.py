@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 from kimi_k3.pods import workload
 from kimi_k3.rehearsal import metrics
 from kimi_k3.rehearsal.plan import Rehearsal
-from kimi_k3.rehearsal.trace_sizing import capacity_rps, cost, layout, mocker_prefill_busy, ratio
+from kimi_k3.rehearsal.trace_sizing import capacity_rps, cost, in_flight_at_replay, layout, ratio
 from kimi_k3.sizing import perf
 from kimi_k3.sizing.trace_cache import Request
 
@@ -180,13 +180,17 @@ def measured(
     }
     prefill_tp, decode_tp = layout(graph.roles)
     try:
-        out["ratio"] = ratio(requests, graph.platform.name, prefill_tp, decode_tp, graph.block_size)
+        out["ratio"] = ratio(
+            requests, graph.platform.name, prefill_tp, decode_tp, graph.block_size, graph.decode_max_num_seqs
+        )
     except perf.PerfError as err:
         out["ratio"] = {"error": str(err)}
         return out
-    # What the rehearsal's prefill occupancy should read: the mockers' own timing (not the plan's; docs/traces.md)
-    out["ratio"]["prefill_workers_busy_by_mocker_timing"] = mocker_prefill_busy(requests, graph, *speedups)
     replicas = {"prefill" if r.type == "prefill" else "decode": r.replicas for r in graph.roles}
+    # What load_by_role's mean in flight should read at the replay's pace (tests/live/test_trace_balance_live.py)
+    out["ratio"]["in_flight_at_replay"] = in_flight_at_replay(
+        requests, out["ratio"], replicas, graph.decode_max_num_seqs, *speedups
+    )
     try:
         from kimi_k3.blueprint import stack_plan
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
-from kimi_k3.sizing import perf, trace_plan
-from kimi_k3.sizing.trace_cache import Request, cacheable_tokens, span_seconds
+from kimi_k3.sizing import mocker, perf, trace_plan
+from kimi_k3.sizing.trace_cache import Request, cacheable_tokens
 
 SENSITIVITY = 0.25  # the ratio at ISL and OSL x (1 -/+ this)
 
@@ -29,9 +29,16 @@ def layout(plan_roles: Sequence[Any]) -> tuple[int, int]:
     return tps.get("prefill", decode), decode
 
 
-def ratio(requests: Sequence[Request], gpu: str, prefill_tp: int, decode_tp: int, block_size: int) -> dict[str, Any]:
+def ratio(
+    requests: Sequence[Request],
+    gpu: str,
+    prefill_tp: int,
+    decode_tp: int,
+    block_size: int,
+    max_num_seqs: Optional[int] = None,
+) -> dict[str, Any]:
     """trace_plan.pd_ratio (plan --trace) and its sensitivity to ISL and OSL x (1 -/+ SENSITIVITY)."""
-    kw = dict(gpu=gpu, prefill_tp=prefill_tp, decode_tp=decode_tp, block_size=block_size)
+    kw = dict(gpu=gpu, prefill_tp=prefill_tp, decode_tp=decode_tp, block_size=block_size, max_num_seqs=max_num_seqs)
     base = trace_plan.pd_ratio(requests, **kw)
     sens = {}
     for name, key in (("isl", "isl"), ("osl", "osl")):
@@ -46,6 +53,11 @@ def ratio(requests: Sequence[Request], gpu: str, prefill_tp: int, decode_tp: int
         "workers",
         "prefill_requests_per_second_per_worker",
         "decode_requests_per_second_per_worker",
+        "in_flight_alone",
+        "gpu",
+        "prefill_tp",
+        "decode_tp",
+        "block_size",
         "source",
     )
     return {**{k: base[k] for k in keep}, "sensitivity": sens}
@@ -110,29 +122,34 @@ def capacity_rps(r: dict[str, Any], replicas: dict[str, int]) -> float:
     return min(p, d)
 
 
-def mocker_prefill_busy(
-    requests: Sequence[Request], graph: Any, trace_speedup: float = 1.0, mocker_speedup: float = 1.0
-) -> Optional[float]:
-    """Prefill workers the mockers' own timing keeps busy on this replay: each request's TTFT from the table the
-    rehearsal feeds them (kimi_k3/sizing/mocker.py: calibrated TTFT, 24 points from 8,192 tokens; read linearly here,
-    clamped at its ends: how the mocker reads below 8,192 is not known on this side, so a selection of mostly shorter
-    prompts reads high) at its uncached tokens with the best cache, / --speedup-ratio, over the replay's span. It differs
-    from plan --trace's prefill_workers_needed, which times a prefill by aiconfigurator's raw rate x PREFILL_SCALE
-    (tests/unit/test_trace_balance_model.py: 1.36x slower on FAST'25); the rehearsal measures this one."""
-    import numpy as np
+TIMER_MS = 1.0  # a mocker step lasts at least this (measured: ITL p50 1.0 ms where the table / 20 says 0.72)
 
-    from kimi_k3.rehearsal.plan import perf_profile
 
-    try:
-        prof = perf_profile(graph)
-    except perf.PerfError:
-        return None
-    xs, ys = np.asarray(prof["prefill_isl"]), np.asarray(prof["prefill_ttft_ms"])
-    span = span_seconds(requests) / trace_speedup
-    if span <= 0:
-        return None
-    busy = sum(
-        float(np.interp(max(1, r.input_length - c), xs, ys)) / 1000
-        for r, c in zip(requests, cacheable_tokens(requests, graph.block_size))
+def in_flight_at_replay(
+    requests: Sequence[Request],
+    r: dict[str, Any],
+    replicas: dict[str, int],
+    max_num_seqs: Optional[int] = None,
+    trace_speedup: float = 1.0,
+    mocker_speedup: float = 1.0,
+) -> dict[str, Any]:
+    """Requests in each role on average (Little's law) that plan --trace's timing (`r`, trace_plan.pd_ratio) predicts
+    for this replay: arrivals --trace-speedup times faster, every mocker step --speedup-ratio times shorter but at
+    least TIMER_MS. Prefill: each alone (no waiting) and in one FCFS queue over the deployed workers (the arrivals'
+    own bursts): what the rehearsal measures lies between. Decode: each alone, stepping at its own context."""
+    profile = mocker.disagg_profile(r["gpu"], r["prefill_tp"], r["decode_tp"], max_num_seqs)
+    arrivals = [q.timestamp_ms / 1000 / trace_speedup for q in requests]
+    span = (arrivals[-1] - arrivals[0]) * len(requests) / (len(requests) - 1)  # (n-1)/span is pd_ratio's rate
+    service = [t / mocker_speedup for t in trace_plan.prefill_seconds(requests, r["block_size"], profile)]
+    step = lambda ms: max(ms / mocker_speedup, TIMER_MS) / 1000  # noqa: E731
+    decode = sum(
+        q.output_length * step(mocker.decode_itl_ms(profile, c, c))
+        for q in requests
+        for c in [q.input_length + q.output_length / 2]
     )
-    return round(busy / mocker_speedup / span, 4)
+    return {
+        "prefill_alone": round(sum(service) / span, 4),
+        "prefill_fcfs": round(trace_plan.fcfs_busy(arrivals, service, replicas.get("prefill") or 1) / span, 4),
+        "decode_alone": round(decode / span, 4),
+        "step_floor_ms": TIMER_MS,
+    }

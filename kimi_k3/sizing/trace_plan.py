@@ -1,16 +1,20 @@
 """The prefill:decode ratio a request trace needs (issue 21), from its arrival rate, its uncached input tokens (the
-best any cache could do at the stack's block size, kimi_k3/sizing/trace_cache.py) and output tokens, and the performance
-model's per-worker rates of each role (kimi_k3/sizing/perf.py: aiconfigurator's prefill and decode requests/s per worker
-of a 1P:1D point, at the serving scales its own disagg rule applies). Pure: the command prints it."""
+best any cache could do at the stack's block size, kimi_k3/sizing/trace_cache.py) and output tokens, and each role's
+per-worker rate from the timing tables the rehearsal's mockers step by (kimi_k3/sizing/mocker.py). Pure."""
 
 from __future__ import annotations
 
+import heapq
 import math
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
-from kimi_k3.sizing import aic_table
+from kimi_k3.sizing import mocker
 from kimi_k3.sizing.layout import DEFAULT_CONCURRENCY_PER_DECODE_WORKER, PerfError
 from kimi_k3.sizing.trace_cache import Request, cacheable_tokens, span_seconds
+
+TIMING_SOURCE = (
+    "the rehearsal's mocker tables (kimi_k3/sizing/mocker.py, the calibrated model) read as dynamo.mocker 1.6.1 does"
+)
 
 
 def trace_load(requests: Sequence[Request], block_size: int) -> dict[str, float]:
@@ -30,6 +34,24 @@ def trace_load(requests: Sequence[Request], block_size: int) -> dict[str, float]
     }
 
 
+def prefill_seconds(requests: Sequence[Request], block_size: int, profile: dict[str, Any]) -> list[float]:
+    """Each request's prefill alone on a worker: the mocker table at its uncached tokens with the best cache."""
+    cached = cacheable_tokens(requests, block_size)
+    return [mocker.prefill_ms(profile, r.input_length - c) / 1000 for r, c in zip(requests, cached)]
+
+
+def fcfs_busy(arrivals: Sequence[float], service: Sequence[float], servers: int) -> float:
+    """Request-seconds in the system (waiting + served) of one first-come-first-served queue over `servers` workers,
+    each serving one request at a time, at these arrival times (seconds, sorted)."""
+    free = [0.0] * servers
+    total = 0.0
+    for a, s in zip(arrivals, service):
+        start = max(a, heapq.heappop(free))
+        heapq.heappush(free, start + s)
+        total += start + s - a
+    return total
+
+
 def pd_ratio(
     requests: Sequence[Request],
     *,
@@ -38,27 +60,30 @@ def pd_ratio(
     decode_tp: int,
     block_size: int,
     decode_batch: int = DEFAULT_CONCURRENCY_PER_DECODE_WORKER,
+    max_num_seqs: Optional[int] = None,
 ) -> dict[str, Any]:
-    """Workers of each role the trace's arrival rate needs, and their ratio. A prefill worker's rate is taken at
-    the mean uncached input (the new tokens alone: cached prefixes skip that compute), a decode worker's at the
-    mean output with the whole input as context."""
+    """Workers of each role the trace's arrival rate needs, and their ratio, timed by the tables the rehearsal hands
+    its mockers (kimi_k3/sizing/mocker.py: the calibrated performance model) read as dynamo.mocker reads them, so
+    `rehearse --trace` measures this model on the real runtime. A prefill worker serves one request at a time, each
+    for its uncached tokens (cached prefixes skip that compute), read from the prefill table; a decode worker
+    `decode_batch` at once, each step at the mean context (input + half the output), from the model the decode table
+    samples (mocker.model_itl_ms says why not the table's reading). `in_flight_alone`: requests in each role on average (Little's
+    law) when each runs alone, what a light replay measures."""
     load = trace_load(requests, block_size)
-    isl, new, osl = (max(1, round(load[k])) for k in ("mean_input", "mean_uncached_input", "mean_output"))
-    base = dict(
-        mode="disagg",
-        system=gpu,
-        prefill_tp=prefill_tp,
-        prefill_workers=1,
-        decode_tp=decode_tp,
-        decode_workers=1,
-        osl=osl,
-        decode_batch=decode_batch,
+    profile = mocker.disagg_profile(gpu, prefill_tp, decode_tp, max_num_seqs)
+    n, rate = len(requests), load["arrival_rate_per_s"]
+    prefill_s = sum(prefill_seconds(requests, block_size, profile)) / n
+    ctx = load["mean_input"] + load["mean_output"] / 2
+    itl_s = mocker.model_itl_ms(gpu, prefill_tp, decode_tp, ctx, decode_batch, max_num_seqs) / 1000
+    prefill_rps, decode_rps = 1 / prefill_s, decode_batch / (load["mean_output"] * itl_s)
+    alone_s = (
+        sum(
+            r.output_length * mocker.decode_itl_ms(profile, c, c) / 1000
+            for r in requests
+            for c in [r.input_length + r.output_length / 2]
+        )
+        / n
     )
-    prefill_raw, prefill_src = aic_table.raw_estimate({**base, "isl": new}, live=False)
-    decode_raw, decode_src = aic_table.raw_estimate({**base, "isl": isl}, live=False)
-    prefill_rps = prefill_raw[aic_table.RATES[0]] * aic_table.PREFILL_SCALE
-    decode_rps = decode_raw[aic_table.RATES[1]] * aic_table.DECODE_SCALE
-    rate = load["arrival_rate_per_s"]
     p_need, d_need = rate / prefill_rps, rate / decode_rps
     p_gpus, d_gpus = p_need * prefill_tp, d_need * decode_tp
     return {
@@ -70,12 +95,13 @@ def pd_ratio(
         "decode_per_prefill": round(d_need / p_need, 3),
         "prefill_gpu_share": round(p_gpus / (p_gpus + d_gpus), 4),
         "workers": {"prefill": max(1, math.ceil(p_need)), "decode": max(1, math.ceil(d_need))},
+        "in_flight_alone": {"prefill": round(rate * prefill_s, 4), "decode": round(rate * alone_s, 4)},
         "prefill_tp": prefill_tp,
         "decode_tp": decode_tp,
         "gpu": gpu,
         "decode_batch": decode_batch,
         "block_size": block_size,
-        "source": {"prefill": prefill_src, "decode": decode_src},
+        "source": TIMING_SOURCE,
     }
 
 
@@ -84,7 +110,7 @@ def render(r: dict[str, Any], path: str, stack: str, mode: str) -> str:
         f"trace {path}: {r['requests']:,} requests over {r['duration_s']:,.1f} s ({r['arrival_rate_per_s']:.3g} "
         f"req/s); mean input {r['mean_input']:,.0f} tokens, uncached {r['mean_uncached_input']:,.0f} with the best "
         f"cache at block size {r['block_size']}, output {r['mean_output']:,.0f}",
-        f"per worker (performance model): prefill {r['prefill_requests_per_second_per_worker']:.3g} req/s "
+        f"per worker (the mockers' calibrated tables): prefill {r['prefill_requests_per_second_per_worker']:.3g} req/s "
         f"(TP{r['prefill_tp']}, {r['mean_uncached_input']:,.0f} new tokens), decode "
         f"{r['decode_requests_per_second_per_worker']:.3g} req/s (TP{r['decode_tp']}, batch {r['decode_batch']})",
         f"needed at this rate: {r['prefill_workers_needed']:.2f} prefill + {r['decode_workers_needed']:.2f} decode "

@@ -16,7 +16,7 @@ from test_rehearse_live import assert_nothing_left, rehearsal_venv  # noqa: F401
 from test_trace_rehearse_live import ROUNDING
 
 pytestmark = pytest.mark.rehearse
-N, GAP_MS, ISL = 40, 200, 3072  # 5 req/s of 3,072-token prompts: 1.23 prefill workers by the performance model
+N, GAP_MS, ISL = 40, 200, 3072  # 5 req/s of 3,072-token prompts: 1.19 prefill workers by the mockers' tables
 
 
 def shared_block_trace() -> list[dict]:

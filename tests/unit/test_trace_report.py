@@ -4,6 +4,7 @@ priced by hand from recipes/facts/api-prices.yaml, and PNG plots that carry the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from types import SimpleNamespace
@@ -186,3 +187,25 @@ def test_load_is_measured_over_the_replay_not_aiperfs_setup():
     got = trace_report.active(idle + shifted + tail)
     assert [s["t"] for s in got] == [4, 6, 8, 10]
     assert trace_report.role_load(PLAN, got)["replay_wall_s"] == 6
+
+
+def test_fcfs_queue_by_hand():
+    from kimi_k3.sizing.trace_plan import fcfs_busy
+
+    assert fcfs_busy([0, 0, 0], [1, 1, 1], 1) == pytest.approx(1 + 2 + 3)  # each waits for those before it
+    assert fcfs_busy([0, 0, 0], [1, 1, 1], 2) == pytest.approx(1 + 1 + 2)
+    assert fcfs_busy([0, 5, 10], [1, 1, 1], 1) == pytest.approx(3)  # apart: nobody waits
+
+
+def test_in_flight_at_replay_reads_the_reports_ratio():
+    """The report's ratio (what trace_report.measured passes) carries what the replay's figures need."""
+    apart = _trace()  # 1 s apart, each prefill well under 1 s: no waiting
+    r = trace_sizing.ratio(apart, "gb300", 8, 8, 1536, 256)
+    f = trace_sizing.in_flight_at_replay(apart, r, {"prefill": 1, "decode": 2}, 256)
+    assert f["prefill_fcfs"] == pytest.approx(f["prefill_alone"], rel=1e-3)
+    assert f["prefill_alone"] == pytest.approx(r["in_flight_alone"]["prefill"], rel=0.05)
+    twice = trace_sizing.in_flight_at_replay(apart, r, {"prefill": 1, "decode": 2}, 256, mocker_speedup=2.0)
+    assert twice["prefill_alone"] == pytest.approx(f["prefill_alone"] / 2, rel=1e-3)
+    burst = [dataclasses.replace(q, timestamp_ms=q.timestamp_ms // 10_000) for q in apart[:-1]] + apart[-1:]
+    g = trace_sizing.in_flight_at_replay(burst, r, {"prefill": 1, "decode": 2}, 256)
+    assert g["prefill_fcfs"] > 2 * g["prefill_alone"]  # 29 at once then one late: they queue
