@@ -13,7 +13,9 @@ from kimi_k3.sizing.layout import DEFAULT_CONCURRENCY_PER_DECODE_WORKER, PerfErr
 from kimi_k3.sizing.trace_cache import Request, cacheable_tokens, span_seconds
 
 TIMING_SOURCE = (
-    "the rehearsal's mocker tables (kimi_k3/sizing/mocker.py, the calibrated model) read as dynamo.mocker 1.6.1 does"
+    "prefill: the rehearsal's mocker table read as dynamo.mocker 1.6.1 does, one read per request (the mocker "
+    "chunks prompts longer than --max-num-batched-tokens, not modelled); decode: the calibrated model that table "
+    "samples (kimi_k3/sizing/mocker.py model_itl_ms; the table reads slower below ~23k context, docs/traces.md)"
 )
 
 
@@ -110,7 +112,7 @@ def render(r: dict[str, Any], path: str, stack: str, mode: str) -> str:
         f"trace {path}: {r['requests']:,} requests over {r['duration_s']:,.1f} s ({r['arrival_rate_per_s']:.3g} "
         f"req/s); mean input {r['mean_input']:,.0f} tokens, uncached {r['mean_uncached_input']:,.0f} with the best "
         f"cache at block size {r['block_size']}, output {r['mean_output']:,.0f}",
-        f"per worker (the mockers' calibrated tables): prefill {r['prefill_requests_per_second_per_worker']:.3g} req/s "
+        f"per worker (prefill: the mockers' table; decode: the calibrated model it samples): prefill {r['prefill_requests_per_second_per_worker']:.3g} req/s "
         f"(TP{r['prefill_tp']}, {r['mean_uncached_input']:,.0f} new tokens), decode "
         f"{r['decode_requests_per_second_per_worker']:.3g} req/s (TP{r['decode_tp']}, batch {r['decode_batch']})",
         f"needed at this rate: {r['prefill_workers_needed']:.2f} prefill + {r['decode_workers_needed']:.2f} decode "
