@@ -200,6 +200,7 @@ def plan_trace(args: argparse.Namespace) -> int:
             decode_tp=layout.tp,
             block_size=bp.graph.block_size,
             max_num_seqs=bp.graph.decode_max_num_seqs,
+            prefill_token_budget=bp.graph.prefill_token_budget,
         )
     except (trace_cache.TraceError, perf.PerfError, StackError) as e:
         print(f"kimi-k3 plan {args.stack}: {e}", file=sys.stderr)

@@ -48,6 +48,7 @@ class Role:
     load_format: str = "auto"  # --load-format: how much of the checkpoint each pod reads
     prefix_caching: bool = True  # --enable-prefix-caching / --no-enable-prefix-caching (vLLM V1's default: on)
     max_num_seqs: Optional[int] = None  # --max-num-seqs: requests one worker runs at once (None = vLLM's default)
+    max_num_batched_tokens: Optional[int] = None  # --max-num-batched-tokens: a step's token budget (None = unset)
     speculative_config: str = ""  # --speculative-config JSON as the recipe gives it, "" = none
     engine: str = "vllm"  # vllm | sglang: the worker module and whose flags `args` are (recipe `engine`)
     pp: int = 1  # pipeline stages per replica (--pipeline-parallel-size): a replica is tp x pp GPUs
@@ -187,6 +188,13 @@ class ServingGraph:
         """The most requests a decoding worker runs at once (its role's --max-num-seqs; None: the recipe sets none)."""
         seqs = [r.max_num_seqs for r in self.roles if r.type != "prefill" and r.max_num_seqs is not None]
         return max(seqs) if seqs else None
+
+    @property
+    def prefill_token_budget(self) -> Optional[int]:
+        """The tokens one prefill step computes at most (the prefilling role's --max-num-batched-tokens: a longer
+        prompt is prefilled in chunks of it); None: the recipe sets none."""
+        first = next((r for r in self.roles if r.type == "prefill"), self.roles[0] if self.roles else None)
+        return first.max_num_batched_tokens if first else None
 
     @property
     def compute_domains(self) -> tuple[str, ...]:

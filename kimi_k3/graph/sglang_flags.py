@@ -78,6 +78,7 @@ def sglang_role_fields(flags: dict[str, FlagValue], dcp: int) -> dict[str, objec
         "load_format": "auto",
         "prefix_caching": flags.get("--disable-radix-cache") in (None, False),
         "max_num_seqs": None if seqs is None else int(seqs),
+        "max_num_batched_tokens": None,  # SGLang's chunked prefill (--chunked-prefill-size) is not modelled
         "speculative_config": "",
         "block_size": f.router_block(page, dcp),
     }

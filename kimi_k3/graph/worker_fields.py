@@ -1,5 +1,5 @@
 """A worker's typed fields, read once from its merged flags before they are rendered to argv (recipe.flag_list):
-Role.block_size, load_format, prefix_caching, max_num_seqs, speculative_config. Nothing parses the argv back."""
+Role.block_size, load_format, prefix_caching, max_num_seqs, max_num_batched_tokens, speculative_config. Nothing parses the argv back."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def role_fields(flags: dict[str, FlagValue]) -> dict[str, object]:
     does with them, e.g. the last of the two prefix-caching flags wins and neither means vLLM V1's default, on."""
     caching = [f for f, v in flags.items() if f in PREFIX_CACHING_FLAGS and v is not None and v is not False]
     seqs = _flag(flags, "--max-num-seqs")
+    budget = _flag(flags, "--max-num-batched-tokens")
     spec = _flag(flags, "--speculative-config") or ""
     prefix_caching = not caching or caching[-1] == "--enable-prefix-caching"
     dtype = _flag(flags, "--kv-cache-dtype") or "auto"
@@ -29,6 +30,7 @@ def role_fields(flags: dict[str, FlagValue]) -> dict[str, object]:
         "load_format": _flag(flags, "--load-format") or "auto",
         "prefix_caching": prefix_caching,
         "max_num_seqs": None if seqs is None else int(seqs),
+        "max_num_batched_tokens": None if budget is None else int(budget),
         "speculative_config": spec,
         # vLLM raises a smaller --block-size to its aligned hybrid block (_align_hybrid_block_size); prefix hashes,
         # KV events and Dynamo's model card all use it.

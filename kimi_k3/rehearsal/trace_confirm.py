@@ -124,6 +124,7 @@ def for_trace(args: RehearseOptions, graph: Any, trace: Any) -> tuple[Any, dict[
         decode_tp=decode_tp,
         block_size=graph.block_size,
         max_num_seqs=graph.decode_max_num_seqs,
+        prefill_token_budget=graph.prefill_token_budget,
     )
     config = plan_config(r, args.trace_speedup, args.speedup_ratio)
     return apply(graph, config, args.stack), config

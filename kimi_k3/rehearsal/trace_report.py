@@ -181,7 +181,13 @@ def measured(
     prefill_tp, decode_tp = layout(graph.roles)
     try:
         out["ratio"] = ratio(
-            requests, graph.platform.name, prefill_tp, decode_tp, graph.block_size, graph.decode_max_num_seqs
+            requests,
+            graph.platform.name,
+            prefill_tp,
+            decode_tp,
+            graph.block_size,
+            graph.decode_max_num_seqs,
+            graph.prefill_token_budget,
         )
     except perf.PerfError as err:
         out["ratio"] = {"error": str(err)}

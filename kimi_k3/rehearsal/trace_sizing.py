@@ -36,9 +36,17 @@ def ratio(
     decode_tp: int,
     block_size: int,
     max_num_seqs: Optional[int] = None,
+    prefill_token_budget: Optional[int] = None,
 ) -> dict[str, Any]:
     """trace_plan.pd_ratio (plan --trace) and its sensitivity to ISL and OSL x (1 -/+ SENSITIVITY)."""
-    kw = dict(gpu=gpu, prefill_tp=prefill_tp, decode_tp=decode_tp, block_size=block_size, max_num_seqs=max_num_seqs)
+    kw = dict(
+        gpu=gpu,
+        prefill_tp=prefill_tp,
+        decode_tp=decode_tp,
+        block_size=block_size,
+        max_num_seqs=max_num_seqs,
+        prefill_token_budget=prefill_token_budget,
+    )
     base = trace_plan.pd_ratio(requests, **kw)
     sens = {}
     for name, key in (("isl", "isl"), ("osl", "osl")):
@@ -140,7 +148,8 @@ def in_flight_at_replay(
     profile = mocker.disagg_profile(r["gpu"], r["prefill_tp"], r["decode_tp"], max_num_seqs)
     arrivals = [q.timestamp_ms / 1000 / trace_speedup for q in requests]
     span = (arrivals[-1] - arrivals[0]) * len(requests) / (len(requests) - 1)  # (n-1)/span is pd_ratio's rate
-    service = [t / mocker_speedup for t in trace_plan.prefill_seconds(requests, r["block_size"], profile)]
+    budget = r.get("prefill_token_budget")
+    service = [t / mocker_speedup for t in trace_plan.prefill_seconds(requests, r["block_size"], profile, budget)]
     step = lambda ms: max(ms / mocker_speedup, TIMER_MS) / 1000  # noqa: E731
     decode = sum(
         q.output_length * step(mocker.decode_itl_ms(profile, c, c))

@@ -13,8 +13,8 @@ from kimi_k3.sizing.layout import DEFAULT_CONCURRENCY_PER_DECODE_WORKER, PerfErr
 from kimi_k3.sizing.trace_cache import Request, cacheable_tokens, span_seconds
 
 TIMING_SOURCE = (
-    "prefill: the rehearsal's mocker table read as dynamo.mocker 1.6.1 does, one read per request (the mocker "
-    "chunks prompts longer than --max-num-batched-tokens, not modelled); decode: the calibrated model that table "
+    "prefill: the rehearsal's mocker table read as dynamo.mocker 1.6.1 does, one read per step of at most the "
+    "prefill role's --max-num-batched-tokens; decode: the calibrated model that table "
     "samples (kimi_k3/sizing/mocker.py model_itl_ms; the table reads slower below ~23k context, docs/traces.md)"
 )
 
@@ -36,10 +36,22 @@ def trace_load(requests: Sequence[Request], block_size: int) -> dict[str, float]
     }
 
 
-def prefill_seconds(requests: Sequence[Request], block_size: int, profile: dict[str, Any]) -> list[float]:
-    """Each request's prefill alone on a worker: the mocker table at its uncached tokens with the best cache."""
+def prefill_seconds(
+    requests: Sequence[Request], block_size: int, profile: dict[str, Any], token_budget: Optional[int] = None
+) -> list[float]:
+    """Each request's prefill alone on a worker: its uncached tokens (with the best cache) in steps of at most
+    `token_budget` (--max-num-batched-tokens; None: one step), each step read from the mocker table."""
     cached = cacheable_tokens(requests, block_size)
-    return [mocker.prefill_ms(profile, r.input_length - c) / 1000 for r, c in zip(requests, cached)]
+    return [chunked_prefill_ms(profile, r.input_length - c, token_budget) / 1000 for r, c in zip(requests, cached)]
+
+
+def chunked_prefill_ms(profile: dict[str, Any], new_tokens: int, token_budget: Optional[int]) -> float:
+    """dynamo.mocker's vLLM scheduler gives a prompt at most the step's token budget per step and times each step
+    by its own new tokens (perf_model.rs predict_prefill_time: batch x (isl - prefix))."""
+    if not token_budget or new_tokens <= token_budget:
+        return mocker.prefill_ms(profile, new_tokens)
+    whole, rest = divmod(new_tokens, token_budget)
+    return whole * mocker.prefill_ms(profile, token_budget) + mocker.prefill_ms(profile, rest)
 
 
 def fcfs_busy(arrivals: Sequence[float], service: Sequence[float], servers: int) -> float:
@@ -63,6 +75,7 @@ def pd_ratio(
     block_size: int,
     decode_batch: int = DEFAULT_CONCURRENCY_PER_DECODE_WORKER,
     max_num_seqs: Optional[int] = None,
+    prefill_token_budget: Optional[int] = None,
 ) -> dict[str, Any]:
     """Workers of each role the trace's arrival rate needs, and their ratio, timed by the tables the rehearsal hands
     its mockers (kimi_k3/sizing/mocker.py: the calibrated performance model) read as dynamo.mocker reads them, so
@@ -74,7 +87,7 @@ def pd_ratio(
     load = trace_load(requests, block_size)
     profile = mocker.disagg_profile(gpu, prefill_tp, decode_tp, max_num_seqs)
     n, rate = len(requests), load["arrival_rate_per_s"]
-    prefill_s = sum(prefill_seconds(requests, block_size, profile)) / n
+    prefill_s = sum(prefill_seconds(requests, block_size, profile, prefill_token_budget)) / n
     ctx = load["mean_input"] + load["mean_output"] / 2
     itl_s = mocker.model_itl_ms(gpu, prefill_tp, decode_tp, ctx, decode_batch, max_num_seqs) / 1000
     prefill_rps, decode_rps = 1 / prefill_s, decode_batch / (load["mean_output"] * itl_s)
@@ -103,6 +116,7 @@ def pd_ratio(
         "gpu": gpu,
         "decode_batch": decode_batch,
         "block_size": block_size,
+        "prefill_token_budget": prefill_token_budget,
         "source": TIMING_SOURCE,
     }
 
