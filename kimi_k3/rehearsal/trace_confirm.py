@@ -113,19 +113,10 @@ def for_trace(args: RehearseOptions, graph: Any, trace: Any) -> tuple[Any, dict[
     OUT/trace.jsonl` (the selection the run replays) prints, at the replay's timing (plan_config)."""
     if trace is None:
         raise UserError("--plan-config: runs the config plan --trace computes for a trace; give it with --trace FILE")
-    from kimi_k3.rehearsal.trace_sizing import layout
+    from kimi_k3.rehearsal.trace_sizing import graph_inputs
     from kimi_k3.sizing import trace_plan
 
-    prefill_tp, decode_tp = layout(graph.roles)
-    r = trace_plan.pd_ratio(
-        trace.requests,
-        gpu=graph.platform.name,
-        prefill_tp=prefill_tp,
-        decode_tp=decode_tp,
-        block_size=graph.block_size,
-        max_num_seqs=graph.decode_max_num_seqs,
-        prefill_token_budget=graph.prefill_token_budget,
-    )
+    r = trace_plan.pd_ratio(trace.requests, **graph_inputs(graph))
     config = plan_config(r, args.trace_speedup, args.speedup_ratio)
     return apply(graph, config, args.stack), config
 

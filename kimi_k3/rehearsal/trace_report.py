@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 from kimi_k3.pods import workload
 from kimi_k3.rehearsal import metrics
 from kimi_k3.rehearsal.plan import Rehearsal
-from kimi_k3.rehearsal.trace_sizing import capacity_rps, cost, in_flight_at_replay, layout, ratio
+from kimi_k3.rehearsal.trace_sizing import capacity_rps, cost, graph_inputs, in_flight_at_replay, ratio
 from kimi_k3.sizing import perf
 from kimi_k3.sizing.trace_cache import Request
 
@@ -178,17 +178,8 @@ def measured(
         "hit_rate_by_role": hit_by_role(plan, server_metrics),
         "load_by_role": role_load(plan, samples),
     }
-    prefill_tp, decode_tp = layout(graph.roles)
     try:
-        out["ratio"] = ratio(
-            requests,
-            graph.platform.name,
-            prefill_tp,
-            decode_tp,
-            graph.block_size,
-            graph.decode_max_num_seqs,
-            graph.prefill_token_budget,
-        )
+        out["ratio"] = ratio(requests, **graph_inputs(graph))
     except perf.PerfError as err:
         out["ratio"] = {"error": str(err)}
         return out

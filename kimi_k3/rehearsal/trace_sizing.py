@@ -29,6 +29,19 @@ def layout(plan_roles: Sequence[Any]) -> tuple[int, int]:
     return tps.get("prefill", decode), decode
 
 
+def graph_inputs(graph: Any) -> dict[str, Any]:
+    """pd_ratio's layout keywords as the graph deploys them (one place: the report and --plan-config read the same)."""
+    prefill_tp, decode_tp = layout(graph.roles)
+    return dict(
+        gpu=graph.platform.name,
+        prefill_tp=prefill_tp,
+        decode_tp=decode_tp,
+        block_size=graph.block_size,
+        max_num_seqs=graph.decode_max_num_seqs,
+        prefill_token_budget=graph.prefill_token_budget,
+    )
+
+
 def ratio(
     requests: Sequence[Request],
     gpu: str,
