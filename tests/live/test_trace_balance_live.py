@@ -11,12 +11,18 @@ the replay's pace. Decode: measured / `decode_alone` within +-TOLERANCE. Prefill
 steps it) within +-PREFILL_TOLERANCE, and the same simulation fed the arrival times the prefill worker logged
 (its "request received" lines) within +-MOCKER_TOLERANCE of the measurement: the scheduler model alone.
 
-Tolerances from measured spread (docs/traces.md, 2026-12-02, load average 0.3-0.4, three runs): measured prefill
-0.548, 0.573, 0.533 against 0.589 simulated (ratio 0.931, 0.973, 0.906: mean -6.3%, run-to-run sd 3.4%):
-PREFILL_TOLERANCE 15% = |mean| + 2.5 sd. The simulation at the logged worker arrivals: 0.574, 0.565, 0.525
-(+4.7%, -1.4%, -1.5%): MOCKER_TOLERANCE 10%. The frontend's cost per prompt token grows with the machine's load,
-which spreads each burst wider at the worker and lowers the measurement (earlier runs at load 11-14: 0.327-0.563):
-under such load the plan check fails where the mocker check holds, and the printed frontend cost says why.
+Prefill is compared per second of the trace (the plan's unit): measured mean in flight x the measured window / the
+trace's span (the window also holds the decode tail, when the prefill worker is idle); its logged per-request
+durations give the same figure. Both tolerances follow one rule from the measured run-to-run spread, |mean
+deviation| + 2.5 sd, over six runs (docs/traces.md, 2026-12-02 20:08-20:20 UTC, load average 0.2-1.3): measured
+prefill 0.548, 0.573, 0.533, 0.545, 0.556, 0.568 per trace second against 0.589 simulated (deviation -7.0%, -2.7%,
+-9.5%, -7.5%, -5.6%, -3.5%: mean -6.0%, sd 2.5%: 12.3%) -> PREFILL_TOLERANCE 15%; the simulation at the logged
+worker arrivals 0.574, 0.565, 0.525, 0.535, 0.553, 0.514 against the logged 0.548, 0.573, 0.533, 0.546, 0.556, 0.568
+(+4.7%, -1.4%, -1.5%, -2.0%, -0.7%, -9.5%: mean -1.7%, sd 4.5%: 13.0%; the live steps run a little slower than
+the table, more so on a busier machine) -> MOCKER_TOLERANCE 15%. The frontend's cost per prompt token grows with
+the machine's load, which spreads each burst wider at the worker and lowers the measurement (earlier runs at load
+11-14: 0.327-0.563 by the wall window): under such load the plan check can fail where the mocker check holds, and
+the printed frontend-to-prefill delay says why.
 Marked `rehearse`; bounded (200 requests, 72 s of arrivals, 900 s in all)."""
 
 from __future__ import annotations
@@ -39,8 +45,8 @@ from test_trace_rehearse_live import ROUNDING
 pytestmark = pytest.mark.rehearse
 FIRST, MOCKER_SPEEDUP = 200, 20
 TOLERANCE = 0.25  # decode; docs/traces.md, bench/README.md
-PREFILL_TOLERANCE = 0.15  # measured / prefill_simulated (the docstring's figures)
-MOCKER_TOLERANCE = 0.10  # measured / the simulation at the prefill worker's logged arrivals
+PREFILL_TOLERANCE = 0.15  # measured per trace second / prefill_simulated (the docstring's figures)
+MOCKER_TOLERANCE = 0.15  # logged / simulated at the prefill worker's logged arrivals (the docstring's figures)
 BUDGET_SECONDS = 600  # the whole run on the 2-core machine (bench/README.md)
 
 
@@ -141,17 +147,21 @@ def test_measured_balance_matches_plan_trace_within_the_tolerance(tmp_path, shar
         floor_ms=TIMER_MS,
     )
     span = (trace_requests[-1].timestamp_ms - trace_requests[0].timestamp_ms) / 1000 * FIRST / (FIRST - 1)
+    # prefill request-seconds per second of the trace, the plan's unit (the measured window also holds the decode
+    # tail after the last prefill, idle for the prefill worker)
+    per_trace_second = measured["prefill"] * t["load_by_role"]["replay_wall_s"] / span
     logged = {
+        "measured_per_trace_second": round(per_trace_second, 4),
         "measured_from_log": round(sum(a["completed"] - a["received"] for a in arrived) / span, 4),
         "simulated_at_logged_arrivals": round(sum(at_logged) / span, 4),
         "frontend_to_prefill_ms_mean": round(1000 * sum(a["received"] - a["frontend"] for a in arrived) / FIRST, 1),
         "load_average": os.getloadavg(),
     }
     print(json.dumps({"prefill": {"measured": measured["prefill"], **planned, **logged}}))
-    sim = logged["simulated_at_logged_arrivals"]
-    assert sim * (1 - MOCKER_TOLERANCE) <= measured["prefill"] <= sim * (1 + MOCKER_TOLERANCE), (measured, logged)
+    got, sim = logged["measured_from_log"], logged["simulated_at_logged_arrivals"]
+    assert sim * (1 - MOCKER_TOLERANCE) <= got <= sim * (1 + MOCKER_TOLERANCE), (measured, logged)
     want = planned["prefill_simulated"]
-    assert want * (1 - PREFILL_TOLERANCE) <= measured["prefill"] <= want * (1 + PREFILL_TOLERANCE), (measured, logged)
+    assert want * (1 - PREFILL_TOLERANCE) <= per_trace_second <= want * (1 + PREFILL_TOLERANCE), (measured, logged)
     for png in ("trace_hit_rate.png", "trace_role_load.png", "trace_ratio.png"):
         assert (out / png).is_file(), png
     assert seconds < BUDGET_SECONDS, seconds
