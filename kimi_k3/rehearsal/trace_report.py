@@ -185,8 +185,9 @@ def measured(
         return out
     replicas = {"prefill" if r.type == "prefill" else "decode": r.replicas for r in graph.roles}
     # What load_by_role's mean in flight should read at the replay's pace (tests/live/test_trace_balance_live.py)
+    prefill_seqs = next((r.max_num_seqs for r in graph.roles if r.type == "prefill"), None)
     out["ratio"]["in_flight_at_replay"] = in_flight_at_replay(
-        requests, out["ratio"], replicas, graph.decode_max_num_seqs, *speedups
+        requests, out["ratio"], replicas, graph.decode_max_num_seqs, *speedups, prefill_max_num_seqs=prefill_seqs
     )
     try:
         from kimi_k3.blueprint import stack_plan

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
-from kimi_k3.sizing import mocker, perf, trace_plan
+from kimi_k3.sizing import mocker, perf, prefill_sim, trace_plan
 from kimi_k3.sizing.trace_cache import Request, cacheable_tokens
 
 SENSITIVITY = 0.25  # the ratio at ISL and OSL x (1 -/+ this)
@@ -75,6 +75,7 @@ def ratio(
         "prefill_requests_per_second_per_worker",
         "decode_requests_per_second_per_worker",
         "in_flight_alone",
+        "prefill_token_budget",
         "gpu",
         "prefill_tp",
         "decode_tp",
@@ -144,6 +145,12 @@ def capacity_rps(r: dict[str, Any], replicas: dict[str, int]) -> float:
 
 
 TIMER_MS = 1.0  # a mocker step lasts at least this (measured: ITL p50 1.0 ms where the table / 20 says 0.72)
+# What dynamo.mocker 1.6.1 runs with where the role sets no --max-num-batched-tokens / --max-num-seqs (its args.py)
+MOCKER_DEFAULT_MAX_NUM_BATCHED_TOKENS, MOCKER_DEFAULT_MAX_NUM_SEQS = 8192, 256
+# The rehearsal's frontend before the prefill worker (kimi_k3/sizing/prefill_sim.py `frontend`): 2 lanes (its
+# runtime's worker threads on the 2-core machine), each request 8.1 ms + 1.25 us per prompt token: the mean of
+# three runs' burst heads (7.1 + 1.00, 7.3 + 1.46, 9.9 + 1.29; load average 0.3, 2026-12-02, docs/traces.md)
+FRONTEND_LANES, FRONTEND_COST = 2, (8.1, 1.25)
 
 
 def in_flight_at_replay(
@@ -153,11 +160,17 @@ def in_flight_at_replay(
     max_num_seqs: Optional[int] = None,
     trace_speedup: float = 1.0,
     mocker_speedup: float = 1.0,
+    prefill_max_num_seqs: Optional[int] = None,
+    frontend_cost: tuple[float, float] = FRONTEND_COST,
 ) -> dict[str, Any]:
     """Requests in each role on average (Little's law) that plan --trace's timing (`r`, trace_plan.pd_ratio) predicts
     for this replay: arrivals --trace-speedup times faster, every mocker step --speedup-ratio times shorter but at
-    least TIMER_MS. Prefill: each alone (no waiting) and in one FCFS queue over the deployed workers (the arrivals'
-    own bursts): what the rehearsal measures lies between. Decode: each alone, stepping at its own context."""
+    least TIMER_MS. Prefill: `prefill_simulated`, the deployed prefill workers stepped as the mocker steps them
+    (kimi_k3/sizing/prefill_sim.py: shared per-step token budget, --max-num-seqs, table at the batch's new tokens,
+    each prompt's best-cache hit), reached through the frontend's preprocessing (`frontend_cost`: ms + us per
+    prompt token, FRONTEND_COST measured), the figure the rehearsal's measurement is held to; beside it the two queueing
+    extremes, each alone (no waiting) and one FCFS queue over the workers. Decode: each alone, stepping at its own
+    context."""
     profile = mocker.disagg_profile(r["gpu"], r["prefill_tp"], r["decode_tp"], max_num_seqs)
     arrivals = [q.timestamp_ms / 1000 / trace_speedup for q in requests]
     span = (arrivals[-1] - arrivals[0]) * len(requests) / (len(requests) - 1)  # (n-1)/span is pd_ratio's rate
@@ -169,9 +182,28 @@ def in_flight_at_replay(
         for q in requests
         for c in [q.input_length + q.output_length / 2]
     )
+    tokens, cached = [q.input_length for q in requests], cacheable_tokens(requests, r["block_size"])
+    at_worker = prefill_sim.frontend(
+        arrivals, tokens, lanes=FRONTEND_LANES, fixed_ms=frontend_cost[0], us_per_token=frontend_cost[1]
+    )
+    order = sorted(range(len(requests)), key=lambda k: (at_worker[k], k))
+    simulated = prefill_sim.simulate(
+        [at_worker[k] for k in order],
+        [tokens[k] for k in order],
+        [cached[k] for k in order],
+        profile,
+        workers=replicas.get("prefill") or 1,
+        token_budget=budget or MOCKER_DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs=prefill_max_num_seqs or MOCKER_DEFAULT_MAX_NUM_SEQS,
+        speedup=mocker_speedup,
+        floor_ms=TIMER_MS,
+    )
     return {
+        "prefill_simulated": round(sum(simulated) / span, 4),
         "prefill_alone": round(sum(service) / span, 4),
         "prefill_fcfs": round(trace_plan.fcfs_busy(arrivals, service, replicas.get("prefill") or 1) / span, 4),
         "decode_alone": round(decode / span, 4),
         "step_floor_ms": TIMER_MS,
+        "prefill_max_num_seqs": prefill_max_num_seqs or MOCKER_DEFAULT_MAX_NUM_SEQS,
+        "frontend_ms_and_us_per_token": list(frontend_cost),
     }

@@ -206,6 +206,12 @@ def test_in_flight_at_replay_reads_the_reports_ratio():
     assert f["prefill_alone"] == pytest.approx(r["in_flight_alone"]["prefill"], rel=0.05)
     twice = trace_sizing.in_flight_at_replay(apart, r, {"prefill": 1, "decode": 2}, 256, mocker_speedup=2.0)
     assert twice["prefill_alone"] == pytest.approx(f["prefill_alone"] / 2, rel=1e-3)
+    # apart, nothing waits in the simulated worker either: each prompt in steps of the mocker's default 8,192-token
+    # budget (the layout sets none), read one by one
+    from kimi_k3.sizing import mocker, trace_plan
+
+    chunked = trace_plan.prefill_seconds(apart, 1536, mocker.disagg_profile("gb300", 8, 8, 256), 8192)
+    assert twice["prefill_simulated"] == pytest.approx(sum(chunked) / 2 / 30.0, rel=1e-3)  # 30 requests, 1 s apart
     burst = [dataclasses.replace(q, timestamp_ms=q.timestamp_ms // 10_000) for q in apart[:-1]] + apart[-1:]
     g = trace_sizing.in_flight_at_replay(burst, r, {"prefill": 1, "decode": 2}, 256)
     assert g["prefill_fcfs"] > 2 * g["prefill_alone"]  # 29 at once then one late: they queue
