@@ -38,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from kimi_k3.sizing import mocker
+from kimi_k3.sizing import mocker, trace_plan
 
 
 @dataclass
@@ -68,13 +68,8 @@ def frontend(
     queue over `lanes`, each request taking `fixed_ms` + `us_per_token` per prompt token (seconds out)."""
     if lanes < 1 or fixed_ms < 0 or us_per_token < 0:
         raise ValueError(f"lanes {lanes}, {fixed_ms} ms + {us_per_token} us/token: allowed >= 1, >= 0, >= 0")
-    free = [0.0] * lanes
-    out = []
-    for t, n in zip(arrivals, tokens):
-        end = max(t, heapq.heappop(free)) + (fixed_ms + us_per_token * n / 1000) / 1000
-        heapq.heappush(free, end)
-        out.append(end)
-    return out
+    service = [(fixed_ms + us_per_token * n / 1000) / 1000 for n in tokens]
+    return trace_plan.fcfs_departures(arrivals, service, lanes)
 
 
 def step_ms(profile: dict[str, Any], chunks: Sequence[tuple[int, int]]) -> float:

@@ -54,16 +54,21 @@ def chunked_prefill_ms(profile: dict[str, Any], new_tokens: int, token_budget: O
     return whole * mocker.prefill_ms(profile, token_budget) + mocker.prefill_ms(profile, rest)
 
 
-def fcfs_busy(arrivals: Sequence[float], service: Sequence[float], servers: int) -> float:
-    """Request-seconds in the system (waiting + served) of one first-come-first-served queue over `servers` workers,
-    each serving one request at a time, at these arrival times (seconds, sorted)."""
+def fcfs_departures(arrivals: Sequence[float], service: Sequence[float], servers: int) -> list[float]:
+    """When each request leaves one first-come-first-served queue over `servers` workers, each serving one request
+    at a time, at these arrival times (seconds, sorted)."""
     free = [0.0] * servers
-    total = 0.0
+    out = []
     for a, s in zip(arrivals, service):
-        start = max(a, heapq.heappop(free))
-        heapq.heappush(free, start + s)
-        total += start + s - a
-    return total
+        end = max(a, heapq.heappop(free)) + s
+        heapq.heappush(free, end)
+        out.append(end)
+    return out
+
+
+def fcfs_busy(arrivals: Sequence[float], service: Sequence[float], servers: int) -> float:
+    """Request-seconds in the system (waiting + served) of that queue (fcfs_departures)."""
+    return sum(d - a for a, d in zip(arrivals, fcfs_departures(arrivals, service, servers)))
 
 
 def pd_ratio(
