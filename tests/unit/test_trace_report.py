@@ -215,3 +215,19 @@ def test_in_flight_at_replay_reads_the_reports_ratio():
     burst = [dataclasses.replace(q, timestamp_ms=q.timestamp_ms // 10_000) for q in apart[:-1]] + apart[-1:]
     g = trace_sizing.in_flight_at_replay(burst, r, {"prefill": 1, "decode": 2}, 256)
     assert g["prefill_fcfs"] > 2 * g["prefill_alone"]  # 29 at once then one late: they queue
+
+
+def test_the_reports_ratio_keeps_the_prefill_token_budget_for_the_replay():
+    """ratio() once dropped prefill_token_budget, so in_flight_at_replay timed each prompt in one step, unchunked."""
+    from kimi_k3.sizing import mocker, trace_plan
+
+    long = [dataclasses.replace(q, input_length=40_000, hash_ids=[]) for q in _trace()]
+    r = trace_sizing.ratio(long, "gb300", 8, 8, 1536, 256, prefill_token_budget=4096)
+    assert r["prefill_token_budget"] == 4096
+    f = trace_sizing.in_flight_at_replay(long, r, {"prefill": 1, "decode": 2}, 256)
+    profile = mocker.disagg_profile("gb300", 8, 8, 256)
+    chunked = sum(trace_plan.prefill_seconds(long, 1536, profile, 4096))
+    whole = sum(trace_plan.prefill_seconds(long, 1536, profile, None))
+    assert chunked != pytest.approx(whole, rel=1e-3)  # the budget matters at 40k tokens
+    span = (long[-1].timestamp_ms - long[0].timestamp_ms) / 1000 * len(long) / (len(long) - 1)
+    assert f["prefill_alone"] == pytest.approx(chunked / span, rel=1e-3)
