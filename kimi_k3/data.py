@@ -25,7 +25,23 @@ def known() -> list[str]:
     return sorted(p.relative_to(RECIPES).as_posix() for p in RECIPES.glob("*/*.yaml"))
 
 
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def copy_plain(value: Any) -> Any:
+    """A private copy of parsed YAML/JSON (dicts, lists, scalars); anything else goes through copy.deepcopy.
+    About three times as fast as deepcopy on this data, which is copied ~30,000 times a test run (bench/README.md)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) in _SCALARS else copy_plain(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _SCALARS else copy_plain(v) for v in value]
+    if kind in _SCALARS:
+        return value
+    return copy.deepcopy(value)
+
+
 def recipe_file(name: str) -> Any:
     """recipes/<name> parsed (`name` is the path under recipes/, e.g. "facts/model.yaml"); a private copy, so callers
     may change it."""
-    return copy.deepcopy(_parsed(name))
+    return copy_plain(_parsed(name))

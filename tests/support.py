@@ -8,11 +8,11 @@ its own copy of the records (a test may edit what it is given); the frozen Bluep
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Mapping
 
 from kimi_k3.config.stack_files import read_stack_config
+from kimi_k3.data import copy_plain
 from kimi_k3.offline.synth import Rendered, RenderError, render_config
 
 _RENDERS: dict[tuple, Rendered | RenderError] = {}
@@ -46,9 +46,9 @@ def render_once(stack: str, config: Mapping[str, str], secrets, root: Path) -> R
         raise RenderError(str(hit), list(hit.registered))
     return Rendered(
         stack=hit.stack,
-        resources=copy.deepcopy(hit.resources),
-        objects=copy.deepcopy(hit.objects),
-        outputs=copy.deepcopy(hit.outputs),
+        resources=copy_plain(hit.resources),
+        objects=copy_plain(hit.objects),
+        outputs=copy_plain(hit.outputs),
         assumed=list(hit.assumed),
         blueprint=hit.blueprint,
     )
