@@ -232,7 +232,8 @@ def test_sigterm_ends_every_build_process_and_removes_the_caches(tmp_path, fake_
     )
     try:
         deadline = time.monotonic() + 30
-        while not fake_builds(fake_go) and time.monotonic() < deadline:
+        # wait for both: the second build starts a moment after the first (the old wait for one raced under load)
+        while len(fake_builds(fake_go)) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(fake_builds(fake_go)) == 2, proc.poll()  # etcd and kube side by side
         proc.send_signal(signal.SIGTERM)  # to build.sh alone, not its process group
