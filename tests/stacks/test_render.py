@@ -42,7 +42,13 @@ def cli_render(tmp_path_factory):
 @pytest.mark.parametrize("stack", STACKS)
 def test_cli_render_writes_both_files(stack, cli_render):
     out = cli_render[0] / stack
-    docs = [d for d in yaml.load_all((out / "manifests.yaml").read_text(), Loader=yaml.CSafeLoader) if d]
+    docs = [
+        d
+        for d in yaml.load_all(
+            (out / "manifests.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        )
+        if d
+    ]
     kinds = {d["kind"] for d in docs}
     assert {"Namespace", "Secret", "PersistentVolumeClaim", "Job", "ComputeDomain", "DynamoGraphDeployment"} <= kinds
     resources = json.loads((out / "resources.json").read_text())["resources"]

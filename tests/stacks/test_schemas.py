@@ -14,6 +14,15 @@ from conftest import STACKS, by_kind
 KUBERNETES_VERSION = "1.34.0"  # DRA resource.k8s.io/v1 is GA from 1.34, the minimum this program targets
 
 
+def validate_crds_tool(shared_reference):
+    """../shared/tools/validate_crds.py as a module (skips, naming it, if absent)."""
+    path = (shared_reference.parent / "tools" / "validate_crds.py").need()
+    spec = importlib.util.spec_from_file_location("validate_crds", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
 def load_crds(crd_dir):
     """validate_crds.py's load_crds, read with libyaml's SafeLoader (the same documents; 3.2 s -> 0.3 s)."""
     versions = {}
@@ -30,10 +39,7 @@ def load_crds(crd_dir):
 @pytest.fixture(scope="session")
 def crd_validator(shared_reference):
     """Validation the way ../shared/tools/validate_crds.py approximates the API server (strict fields)."""
-    path = (shared_reference.parent / "tools" / "validate_crds.py").need()  # skips, naming it, if absent
-    spec = importlib.util.spec_from_file_location("validate_crds", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = validate_crds_tool(shared_reference)
     crds = load_crds(shared_reference)
     validators: dict[tuple[str, str], jsonschema.Draft7Validator] = {}  # one schema conversion per kind
 
@@ -64,10 +70,7 @@ def test_custom_resources_validate_against_upstream_crds(stack, rendered, crd_va
 @pytest.mark.slow  # the tool's pure-Python read is the 3 s this file no longer spends in make test
 def test_crds_read_as_the_tool_reads_them(shared_reference):
     """The fast reader above returns exactly what ../shared/tools/validate_crds.py's own load_crds returns."""
-    path = (shared_reference.parent / "tools" / "validate_crds.py").need()
-    spec = importlib.util.spec_from_file_location("validate_crds", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = validate_crds_tool(shared_reference)
     assert load_crds(shared_reference) == tool.load_crds(shared_reference)
 
 
