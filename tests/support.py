@@ -8,6 +8,7 @@ its own copy of the records (a test may edit what it is given); the frozen Bluep
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Mapping
 
@@ -40,6 +41,9 @@ def render_once(stack: str, config: Mapping[str, str], secrets, root: Path) -> R
         except RenderError as err:
             hit = err
         _RENDERS[key] = hit
+        # Kept for the session: frozen (after this render's own garbage is gone), full collections stop walking it.
+        gc.collect()
+        gc.freeze()
     else:
         calls["hits"] += 1
     if isinstance(hit, RenderError):

@@ -52,7 +52,7 @@ DIR/resources.json (every registered resource: urn, type, name, parent, provider
 retainOnDelete, inputs; plus the stack outputs).
 Faithful: resource inputs, options and dependencies. Placeholders: computed cloud/cluster outputs
 (ids are NAME-id; in eks mode also the EKS endpoint/CA/cluster security group, launch template version,
-FSx DNS/mount names and provider-generated names, see COMPUTED_PLACEHOLDERS/AUTONAMED in kimi_k3/commands/render.py)
+FSx DNS/mount names and provider-generated names, see COMPUTED_PLACEHOLDERS/AUTONAMED in kimi_k3/offline/synth.py)
 and secret values (shown as [secret]; render never decrypts them).
 
 Then prints the critical path to the serving graph being Ready, computed from resources.json (dependsOn and

@@ -79,7 +79,7 @@ def _access_point(handle: str, ctx: Context) -> Optional[Mapping[str, Any]]:
     """The inputs of the EFS access point a volumeHandle `fs-id::fsap-id` names, where the stack shows it."""
     fs_id, _, ap_id = handle.split(":", 2)
     aps = [r for r in ctx.resources or () if r.type == ACCESS_POINT_TYPE]
-    # A real stack: the resource's id; a render: NAME-id (kimi_k3/commands/render.py); else the one on that filesystem.
+    # A real stack: the resource's id; a render: NAME-id (kimi_k3/offline/synth.py); else the one on that filesystem.
     for r in aps:
         if ap_id in ((r.aws_inputs or {}).get("id"), f"{r.name}-id"):
             return r.aws_inputs or {}
