@@ -189,8 +189,12 @@ def check_aliases(root, label: str) -> None:
         )
 
 
-def _loader_class():
-    parser = getattr(yaml, "CParser", None)  # libyaml: recipes/facts/perf-raw.yaml is ~100 KB
+def _libyaml_parser():
+    """libyaml's parser and composer (PyYAML keeps it in yaml.cyaml, not at the top level), or None without it."""
+    return getattr(yaml.cyaml, "CParser", None) if yaml.__with_libyaml__ else None
+
+
+def _loader_class(parser=None):
     bases = (
         (parser,)
         if parser is not None
@@ -212,14 +216,32 @@ def _loader_class():
     return StrictLoader
 
 
-StrictLoader = _loader_class()
+PureLoader = _loader_class()  # PyYAML's own reader, scanner, parser and composer
+_parser = _libyaml_parser()
+StrictLoader = _loader_class(_parser) if _parser else PureLoader  # libyaml: ~10x faster; perf-raw.yaml is ~100 KB
 
 
 def load(text: str, label: str) -> Any:
     """One YAML document as Pulumi's yaml.v3 reads it; `label` (the file as the user knows it) names it in errors."""
-    loader = StrictLoader(text)
-    loader.label = label
     try:
+        return _load(StrictLoader, text, label)
+    except UserError:
+        if StrictLoader is PureLoader:
+            raise
+        # libyaml's messages name less ("found character that cannot start any token": which one?); the pure-Python
+        # reader's name the character, alias or escape, and a file that fails to read is the rare path.
+        try:
+            _load(PureLoader, text, label)
+        except UserError as pure:
+            raise pure from None
+        raise
+
+
+def _load(loader_class, text: str, label: str) -> Any:
+    loader = None
+    try:
+        loader = loader_class(text)  # the pure-Python reader refuses control characters here
+        loader.label = label
         node = loader.get_single_node()
         if node is None:
             return None
@@ -232,4 +254,5 @@ def load(text: str, label: str) -> Any:
             f"{label}: nested too deeply to read; allowed: a stack or recipe file of ordinary depth"
         ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
