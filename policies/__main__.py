@@ -16,7 +16,7 @@ from pulumi_policy import (
 )
 
 from policies import rules
-from policies.rules import base
+from policies.rules import base, engine_form
 
 
 def _guarded(rule: base.Rule, target: str, validate, report_violation) -> None:
@@ -41,12 +41,12 @@ def _report(violations, skipped, args, report_violation) -> None:
 
 def _resource_validator(rule: base.Rule):
     def validate(args: ResourceValidationArgs, report_violation) -> None:
-        obj = base.object_from_resource(args.resource_type, args.props, args.name)
+        obj = engine_form.object_from_resource(args.resource_type, args.props, args.name)
         if obj is None:
             args.not_applicable("not a Kubernetes resource")
 
         def run() -> None:
-            info = base.resource_info(args.resource_type, args.name, args.props, args.opts.protect, None)
+            info = engine_form.resource_info(args.resource_type, args.name, args.props, args.opts.protect, None, obj)
             violations, skipped = base.evaluate(rule, [obj], base.Context(args.get_config(), [info]))
             _report(violations, skipped, args, report_violation)
 
@@ -58,13 +58,13 @@ def _resource_validator(rule: base.Rule):
 def _stack_validator(rule: base.Rule):
     def validate(args: StackValidationArgs, report_violation) -> None:
         def run() -> None:
-            objects = [
-                o
-                for r in args.resources
-                if (o := base.object_from_resource(r.resource_type, r.props, r.name)) is not None
-            ]
+            converted = [engine_form.object_from_resource(r.resource_type, r.props, r.name) for r in args.resources]
+            objects = [o for o in converted if o is not None]
             # The analyzer protocol carries `protect` but not `retainOnDelete`: None marks it unknown.
-            infos = [base.resource_info(r.resource_type, r.name, r.props, r.opts.protect, None) for r in args.resources]
+            infos = [
+                engine_form.resource_info(r.resource_type, r.name, r.props, r.opts.protect, None, o)
+                for r, o in zip(args.resources, converted)
+            ]
             violations, skipped = base.evaluate(rule, objects, base.Context(args.get_config(), infos))
             _report(violations, skipped, args, report_violation)
 

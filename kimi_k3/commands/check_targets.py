@@ -13,7 +13,7 @@ from kimi_k3 import shape
 from kimi_k3.config.stack_files import project_root, stack_names, unknown_stack_message
 from kimi_k3.errors import UserError, did_you_mean, read_text, yaml_error_message
 from kimi_k3.shape import records as record_shapes
-from policies.rules import base
+from policies.rules import base, engine_form
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +111,7 @@ def _kubernetes_objects(text: str, source: str) -> tuple[list[dict], list[base.V
 
 def resource_infos(resources: Iterable[Mapping[str, Any]]) -> list[base.ResourceInfo]:
     return [
-        base.resource_info(
+        engine_form.resource_info(
             r["type"], r["name"], r.get("inputs") or {}, bool(r.get("protect")), bool(r.get("retainOnDelete"))
         )
         for r in resources

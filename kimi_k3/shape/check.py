@@ -90,19 +90,22 @@ def _allowed(t: T) -> str:
     return _NAMES[t.kind]
 
 
+_KIND_CHECKS = {  # one test per kind, evaluated only for the value's own kind (the pack checks every input)
+    "str": lambda v: isinstance(v, str),
+    "int": _whole,
+    "bool": lambda v: isinstance(v, bool),
+    "quantity": lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool),
+    "int_or_str": lambda v: isinstance(v, str) or _whole(v),
+    "list": _is_list,
+    "map": lambda v: isinstance(v, Mapping),
+    "object": lambda v: isinstance(v, Mapping),
+}
+
+
 def _check(value: Any, t: T, path: str, out: list[Problem]) -> None:
     if value is None:  # null is absent; required fields are checked by the parent
         return
-    ok = {
-        "str": isinstance(value, str),
-        "int": _whole(value),
-        "bool": isinstance(value, bool),
-        "quantity": isinstance(value, (str, int, float)) and not isinstance(value, bool),
-        "int_or_str": isinstance(value, str) or _whole(value),
-        "list": _is_list(value),
-        "map": isinstance(value, Mapping),
-        "object": isinstance(value, Mapping),
-    }[t.kind]
+    ok = _KIND_CHECKS[t.kind](value)
     if not ok:
         out.append(Problem(path, f"{found(value)}; allowed: {_allowed(t)}"))
         return

@@ -1,7 +1,7 @@
 """Deployment rules for Dynamo + vLLM graphs: pure functions over Kubernetes objects, one module per family
 (topology, model_path, kv_transport, safety, secrets, upgrades, autoscaling, storage, qos, observability, placement,
-access, portability, sglang, provided_domain, gke, gke_pool;
-shared helpers in base). This module is the registry; `catalogue` lists the rules in their report order.
+access, portability, sglang, provided_domain, gke, gke_pool; shared helpers in base, resource inputs as objects
+in engine_form). This module is the registry; `catalogue` lists the rules in their report order.
 
 One implementation, two front ends: the CrossGuard pack (`policies/__main__.py`) and the offline
 checker (`kimi-k3 check`). Importing this module has no side effects.
@@ -33,12 +33,11 @@ from policies.rules.base import (  # the vocabulary the pack, `kimi-k3 check` an
     Violation,
     check_object_shape,
     evaluate,
-    object_from_resource,
-    resource_info,
     safe_target,
     target_of,
 )
 from policies.rules.catalogue import RULES
+from policies.rules.engine_form import object_from_resource, resource_info  # noqa: F401 (re-exported)
 from policies.rules.upgrades import (  # noqa: F401 (re-exported)
     TRANSITION_RULES,
     TransitionRule,

@@ -29,13 +29,9 @@ CACHE_FILESYSTEM_TYPES = (
 )
 # Resource names ending so hold reproducible compile caches (components/aws/storage.py), not weights.
 COMPILE_CACHE_SUFFIX = "-compile-cache"
-_WORKLOAD_TEMPLATE_PATHS = {
+_WORKLOAD_TEMPLATE_PATHS = {  # where each workload kind keeps its pod spec
     "Pod": ("spec",),
-    "Job": ("spec", "template", "spec"),
-    "Deployment": ("spec", "template", "spec"),
-    "StatefulSet": ("spec", "template", "spec"),
-    "DaemonSet": ("spec", "template", "spec"),
-    "ReplicaSet": ("spec", "template", "spec"),
+    **{k: ("spec", "template", "spec") for k in ("Job", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")},
     "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
 }
 
@@ -327,72 +323,3 @@ def evaluate(
     violations = [Violation(rule.name, r.target, r.message, rule.level) for r in results if isinstance(r, Finding)]
     skipped = [NotEvaluated(rule.name, r.target, r.reason) for r in results if isinstance(r, Skipped)]
     return sorted(violations), sorted(skipped)
-
-
-# ---------------------------------------------------------------------------------------- Pulumi adapters
-def _api_version(type_token: str) -> Optional[tuple[str, str]]:
-    """`kubernetes:core/v1:PersistentVolumeClaim` -> ('v1', 'PersistentVolumeClaim')."""
-    parts = type_token.split(":")
-    if len(parts) != 3 or parts[0] != "kubernetes" or "/" not in parts[1]:
-        return None
-    group, version = parts[1].split("/", 1)
-    return (version if group == "core" else f"{group}/{version}"), parts[2]
-
-
-def plain(value: Any) -> Any:
-    """A value the engine hands the pack as plain dicts and lists, as `kimi-k3 check` sees it.
-
-    pulumi_policy wraps resource inputs in read-only Mapping/Sequence proxies that raise UnknownValueError on
-    values unknown during preview; rules written over rendered YAML concatenate, copy and compare lists, which
-    the proxies do not support. A subtree holding an unknown value stays a proxy, so a rule reading that value
-    is not applicable (pulumi_policy's own rule) rather than judged on a placeholder."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, (Mapping, Sequence)):
-        return value
-    try:  # each child converts on its own: only the containers right above an unknown value stay proxies
-        if isinstance(value, Mapping):
-            return {k: plain(value[k]) for k in value}
-        return [plain(value[i]) for i in range(len(value))]
-    except Exception as exc:  # noqa: BLE001 - only the proxy's unknown marker is expected here
-        if type(exc).__name__ != "UnknownValueError":
-            raise
-        return value
-
-
-def object_from_resource(type_token: str, props: Mapping[str, Any], name: str) -> Optional[dict]:
-    """The Kubernetes object a Pulumi Kubernetes resource's inputs describe (None for other providers)."""
-    api = _api_version(type_token)
-    if api is None:
-        return None
-    obj = plain(props)
-    if not isinstance(obj, dict):  # a top-level input unknown in preview: not applicable, as before the conversion
-        obj = dict(props)
-    obj.setdefault("apiVersion", api[0])
-    obj.setdefault("kind", api[1])
-    if isinstance(obj.get("metadata") or {}, Mapping):  # any other shape is the shape rule's to report
-        metadata = dict(obj.get("metadata") or {})
-        metadata.setdefault("name", name)
-        obj["metadata"] = metadata
-    return obj
-
-
-def resource_info(
-    type_token: str, name: str, props: Mapping[str, Any], protect: bool, retain_on_delete: Optional[bool]
-) -> ResourceInfo:
-    obj = object_from_resource(type_token, props, name)
-    pool = None
-    if type_token == "aws:eks/nodeGroup:NodeGroup" and "NVIDIA" in str(props.get("amiType", "")):
-        scaling = props.get("scalingConfig")
-        pool = scaling.get("maxSize") if isinstance(scaling, Mapping) else None
-        try:  # the engine passes numbers as floats (protobuf doubles); one that is no whole number is unknown here
-            pool = int(pool) if pool is not None and float(pool).is_integer() else None
-        except (TypeError, ValueError):
-            pool = None
-    return ResourceInfo(
-        type_token,
-        name,
-        safe_target(obj) if obj else None,
-        protect,
-        retain_on_delete,
-        pool,
-        plain(props) if type_token.startswith(("aws:", "gcp:container/nodePool:")) else None,  # GKE pools: gke_pool.py
-    )

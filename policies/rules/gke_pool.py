@@ -1,4 +1,4 @@
-"""A GKE GPU node pool as the rules see it (policies/rules/base.py resource_info); imports nothing of the rules."""
+"""A GKE GPU node pool as the rules see it (policies/rules/engine_form.py resource_info); imports nothing of the rules."""
 
 from typing import Any, Mapping, Optional
 

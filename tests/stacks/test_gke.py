@@ -12,7 +12,7 @@ from conftest import ROOT, assert_one_clear_error, by_kind
 from kimi_k3.config.stack_files import read_stack_config
 from kimi_k3.offline.synth import render_stack
 from policies.rules import RULES, Context, evaluate
-from policies.rules.base import resource_info
+from policies.rules.engine_form import resource_info
 
 GKE = ("gke-gb300-disagg", "gke-gb200")
 RULE = next(r for r in RULES if r.name == "a4x-max-pods-schedule")

@@ -14,16 +14,18 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 from test_policy_pack import analyzer  # noqa: F401 - the real pack over gRPC, started as the CLI starts it
 
 from policies import rules
-from policies.rules import base
+from policies.rules import base, engine_form
 
 
 def k8s_resources(rendered_stack):
     return [r for r in rendered_stack.resources if r["type"].startswith("kubernetes:")]
 
 
-def engine_form(resource):
+def engine_object(resource):
     """The object exactly as the pack's Analyze builds it from the engine's inputs."""
-    return base.object_from_resource(resource["type"], unknown_checking_proxy(resource["inputs"]), resource["name"])
+    return engine_form.object_from_resource(
+        resource["type"], unknown_checking_proxy(resource["inputs"]), resource["name"]
+    )
 
 
 def names(violations):
@@ -33,8 +35,8 @@ def names(violations):
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_rule_judges_proxied_inputs_as_check_judges_yaml(rendered, stack):
     resources = k8s_resources(rendered[stack])
-    plain_objects = [base.object_from_resource(r["type"], r["inputs"], r["name"]) for r in resources]
-    proxied = [engine_form(r) for r in resources]
+    plain_objects = [engine_form.object_from_resource(r["type"], r["inputs"], r["name"]) for r in resources]
+    proxied = [engine_object(r) for r in resources]
     assert proxied == plain_objects
     got, _ = rules.run_all(proxied)
     want, _ = rules.run_all(plain_objects)
@@ -62,8 +64,8 @@ def test_an_input_unknown_in_preview_is_not_judged(rendered):
             },
         },
     }
-    obj = base.object_from_resource(smoke["type"], unknown_checking_proxy(inputs), smoke["name"])
-    others = [base.object_from_resource(r["type"], r["inputs"], r["name"]) for r in resources if r is not smoke]
+    obj = engine_form.object_from_resource(smoke["type"], unknown_checking_proxy(inputs), smoke["name"])
+    others = [engine_form.object_from_resource(r["type"], r["inputs"], r["name"]) for r in resources if r is not smoke]
     for rule in rules.RULES:
         try:
             violations, _ = base.evaluate(rule, [*others, obj] if rule.scope == "stack" else [obj], base.Context({}))

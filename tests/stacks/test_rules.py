@@ -9,7 +9,7 @@ from conftest import SHARED, STACKS
 from kimi_k3 import flags
 from kimi_k3.commands import check_targets
 from policies import rules
-from policies.rules import base, topology
+from policies.rules import base, engine_form, topology
 from policies.rules.portability import RULE_NAMES as PORTABILITY_RULES
 
 UPSTREAM = SHARED / "dynamo" / "recipes" / "kimi-k3" / "vllm"
@@ -694,7 +694,7 @@ def test_our_stacks_have_no_mandatory_violations(stack):
 
 
 def gpu_node_group(max_size, ami="AL2023_ARM_64_NVIDIA"):
-    return base.resource_info(
+    return engine_form.resource_info(
         "aws:eks/nodeGroup:NodeGroup",
         "gpu-nodes",
         {"amiType": ami, "scalingConfig": {"maxSize": max_size}},

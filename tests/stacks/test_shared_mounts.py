@@ -15,7 +15,7 @@ from conftest import STACKS, by_kind
 
 from kimi_k3.facts.images import image_facts, runtime_user
 from policies import rules
-from policies.rules import base
+from policies.rules import base, engine_form
 from policies.rules.base import all_containers, pod_specs
 
 RULE = "shared-mounts-writable"
@@ -25,7 +25,7 @@ AP_TYPE = "aws:efs/accessPoint:AccessPoint"
 
 def infos(records):
     return [
-        base.resource_info(r["type"], r["name"], r["inputs"], r.get("protect", False), r.get("retainOnDelete"))
+        engine_form.resource_info(r["type"], r["name"], r["inputs"], r.get("protect", False), r.get("retainOnDelete"))
         for r in records
     ]
 

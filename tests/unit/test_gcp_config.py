@@ -12,7 +12,7 @@ from kimi_k3.config.base import ConfigError
 from kimi_k3.config.stack import parse_stack_config
 from kimi_k3.config.stack_files import read_stack_config
 from kimi_k3.gcp import plan as gke
-from policies.rules.base import resource_info
+from policies.rules.engine_form import resource_info
 from policies.rules.gke_pool import gke_gpu_pool
 
 ROOT = Path(__file__).resolve().parents[2]
