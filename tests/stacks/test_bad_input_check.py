@@ -64,8 +64,8 @@ def job(objects: list[dict]) -> dict:
     return of_kind(objects, "Job")
 
 
-def dump(objects: list[Any]) -> str:
-    return yaml.safe_dump_all(objects, sort_keys=False)
+def dump(objects: list[Any]) -> str:  # libyaml's emitter: the file is input to check, its layout is not asserted
+    return yaml.dump_all(objects, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
 
 
 def edit(fn: Callable[[list[dict]], Any]) -> Callable[[list[dict]], str]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import ROOT, assert_one_clear_error, render_with
-from support import render_stack_once
+from conftest import ROOT, STACKS, assert_one_clear_error, render_with
+from support import render_stack_once, sweep
 
 from kimi_k3.config.stack_files import stack_names
 
@@ -50,7 +50,9 @@ def test_go_duration_grammar_is_gos():
         assert not GO_DURATION.match(bad), bad
 
 
-@pytest.mark.parametrize("stack", stack_names(ROOT))
+# make test: the seed stacks, a GKE stack and the existing-cluster stack, which between them carry every distinct
+# dynamo-platform release the 17 stacks install (EKS, GKE, none); the other stacks run in make test-slow.
+@pytest.mark.parametrize("stack", sweep(stack_names(ROOT), [*STACKS, "gke-gb300", "cks-gb300-disagg"]))
 def test_every_stack_installs_the_platform_chart_and_kai_starts(stack):
     r = render_stack_once(stack, ROOT)
     installs = [x for x in r.resources if x["type"] == "kubernetes:helm.sh/v3:Release"]
