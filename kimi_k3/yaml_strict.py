@@ -189,11 +189,6 @@ def check_aliases(root, label: str) -> None:
         )
 
 
-def _libyaml_parser():
-    """libyaml's parser and composer (PyYAML keeps it in yaml.cyaml, not at the top level), or None without it."""
-    return getattr(yaml.cyaml, "CParser", None) if yaml.__with_libyaml__ else None
-
-
 def _loader_class(parser=None):
     bases = (
         (parser,)
@@ -217,8 +212,8 @@ def _loader_class(parser=None):
 
 
 PureLoader = _loader_class()  # PyYAML's own reader, scanner, parser and composer
-_parser = _libyaml_parser()
-StrictLoader = _loader_class(_parser) if _parser else PureLoader  # libyaml: ~10x faster; perf-raw.yaml is ~100 KB
+# libyaml's parser and composer, ~10x faster (perf-raw.yaml is ~100 KB); PyYAML keeps CParser in yaml.cyaml only.
+StrictLoader = _loader_class(yaml.cyaml.CParser) if yaml.__with_libyaml__ else PureLoader
 
 
 def load(text: str, label: str) -> Any:

@@ -29,7 +29,7 @@ def plain(value: Any) -> Any:
     the proxies do not support. A subtree holding an unknown value stays a proxy, so a rule reading that value
     is not applicable (pulumi_policy's own rule) rather than judged on a placeholder."""
     kind = type(value)
-    if kind is dict:  # already plain (kimi-k3 check, a render): no proxy below can raise
+    if kind is dict:  # kimi-k3 check, a render: a plain container cannot raise; its children convert on their own
         return {k: plain(v) for k, v in value.items()}
     if kind is list:
         return [plain(v) for v in value]
