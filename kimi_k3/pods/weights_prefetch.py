@@ -434,10 +434,11 @@ def fetch_all(source: Path, dest: Path, local: Local, me: str, peers: list[str],
             with result.lock:
                 result.failed[rel] = str(err)
             return
+        else:
+            local.mark(rel)      # recorded before it leaves the queue: askers see 202 then 200, never a 404 between
         finally:
             with local.lock:
                 local.bucket_queue.discard(digest)
-        local.mark(rel)
         result.add("fallback" if why else "source", size, rel, why)
 
     with ThreadPoolExecutor(max_workers=threads) as pool:   # FIFO: every own file starts before any wait

@@ -169,6 +169,18 @@ def bucket_bytes(node: Node) -> int:
     return int(re.search(r"\((\d+) bytes\) from the bucket", node.output()).group(1))
 
 
+# Where no peer fails, the bounds that tell a dead peer from a slow one are widened: on a loaded 2-core CI runner an
+# fsync can stall for seconds, which the 3 s test bound would call a stalled peer (the shipped bound is 120 s).
+UNHURRIED = {"STALL_SECONDS": "15", "PEER_TIMEOUT_SECONDS": "10"}
+
+
+def assert_bucket_served_once(nodes: list[Node], data: dict[str, bytes]) -> None:
+    got = sum(bucket_bytes(n) for n in nodes)
+    assert got == sum(map(len, data.values())), f"the bucket served {got} bytes:\n" + "\n".join(
+        n.output()[-1500:] for n in nodes
+    )
+
+
 def test_pods_that_agree_read_each_byte_from_the_bucket_once(tmp_path, cluster):
     """The point of the peer copy: with one view and the recipe's node count, the bucket (across the Local Zone link)
     serves the checkpoint once in all, even with pods starting a few hundred ms apart."""
@@ -177,12 +189,12 @@ def test_pods_that_agree_read_each_byte_from_the_bucket_once(tmp_path, cluster):
     nodes = cluster(3)
     ips = [n.ip for n in nodes]
     for node in nodes:
-        node.start(src, REV1, ips, expected=3)
+        node.start(src, REV1, ips, expected=3, **UNHURRIED)
         time.sleep(0.2)
     wait_ready(nodes)
     for n in nodes:
         assert_holds_exactly(n, data)
-    assert sum(bucket_bytes(n) for n in nodes) == sum(map(len, data.values()))
+    assert_bucket_served_once(nodes, data)
 
 
 def test_pods_that_listed_different_peers_all_finish(tmp_path, cluster):
