@@ -225,10 +225,13 @@ def render_config(
                     return args.resource_id, dict(cluster.get(args.typ, {}).get(args.resource_id, {}))
                 if args.typ == provided_domain.TYPE:
                     return args.resource_id, provided_domain.assumed_from_config(config, args.resource_id)
-            # Outputs echo inputs, plus placeholders for the few computed outputs the program reads
-            # (EKS endpoint/CA/cluster security group, launch template version, FSx DNS/mount names).
+            # Outputs are the inputs plus placeholders for the few computed outputs the program reads (EKS
+            # endpoint/CA/cluster security group, launch template version, FSx DNS/mount names). Only the keys with a
+            # placeholder are returned: the SDK takes every other output from the inputs itself (rpc.resolve_outputs,
+            # outside preview), so echoing them cost a serialization and a deserialization per property.
             computed = {**COMPUTED_PLACEHOLDERS.get(args.typ, {}), **AUTONAMED.get(args.typ, lambda n: {})(args.name)}
-            return f"{args.name}-id", _under(computed, dict(args.inputs))
+            merged = _under(computed, dict(args.inputs))
+            return f"{args.name}-id", {k: merged[k] for k in computed}
 
         def call(self, args):
             return {}, None
