@@ -10,8 +10,9 @@ import copy
 import pytest
 import yaml
 from conftest import ROOT, STACKS, by_kind, main_container, render_with, stack_config, workers
+from support import render_stack_once as render_stack  # one render per stack per session
 
-from kimi_k3.offline.synth import RenderError, render_config, render_stack
+from kimi_k3.offline.synth import RenderError, render_config
 from policies import rules
 
 STACK = "cks-gb300-disagg"

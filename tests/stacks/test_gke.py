@@ -8,9 +8,9 @@ import json
 
 import pytest
 from conftest import ROOT, assert_one_clear_error, by_kind
+from support import render_stack_once as render_stack  # one render per stack per session
 
 from kimi_k3.config.stack_files import read_stack_config
-from kimi_k3.offline.synth import render_stack
 from policies.rules import RULES, Context, evaluate
 from policies.rules.engine_form import resource_info
 

@@ -11,8 +11,8 @@ import copy
 
 import pytest
 from conftest import ROOT, by_kind
+from support import render_stack_once as render_stack  # one render per stack per session
 
-from kimi_k3.offline.synth import render_stack
 from policies import rules
 from policies.rules import base
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT, assert_one_clear_error, by_kind, render_with
+from support import render_stack_once as render_stack  # one render per stack per session
 
 from kimi_k3.blueprint import Blueprint
 from kimi_k3.data import recipe_file
 from kimi_k3.offline import critical_path as cp
-from kimi_k3.offline.synth import render_stack
 
 STACKS = ("gke-gb300", "gke-gb200-disagg")
 NVIDIA_GKE_RECIPE = Path("/work/shared/reference/dynamo/recipes/kimi-k3/vllm/agg-gb200-agentic/deploy.yaml")

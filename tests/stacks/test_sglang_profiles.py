@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import ROOT, flag, main_container, workers
+from support import render_stack_once as render_stack  # one render per stack per session
 
-from kimi_k3.offline.synth import render_stack
 from policies import rules
 
 SGLANG_STACKS = ("gb200-sglang", "gb200-disagg-sglang", "gb300-sglang", "gb300-disagg-sglang")
