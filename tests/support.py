@@ -36,13 +36,15 @@ def render_once(stack: str, config: Mapping[str, str], secrets, root: Path) -> R
     hit = _RENDERS.get(key)
     if hit is None:
         calls["renders"] += 1
+        collecting = gc.isenabled()
         gc.disable()  # the full pass below collects this render's garbage: no collections during it
         try:
             hit = render_config(stack, dict(config), set(secrets), root)
         except RenderError as err:
             hit = err
         finally:
-            gc.enable()
+            if collecting:
+                gc.enable()
         _RENDERS[key] = hit
         # Kept for the session: frozen (after this render's own garbage is gone), full collections stop walking it.
         gc.collect()

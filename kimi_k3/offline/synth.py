@@ -289,9 +289,12 @@ def render_config(
     # them is ~20% of a render (more the deeper the caller's stack): the registrations are otherwise the same.
     capture_stack_trace = runtime_resource._get_stack_trace
     runtime_resource._get_stack_trace = _no_stack_trace
-    # The mock monitor answers at once: its calls run inline, not handed to a thread pool and back (~15% of a render).
+    # The mock monitor answers at once: its calls run inline, not handed to a thread pool and back (~15% of a render),
+    # and serialize its plain answers at once, not by pumping the running loop from inside one of its callbacks.
     loop = _ensure_event_loop()
     loop.run_in_executor = _inline(loop)
+    pump = mocks._sync_await
+    mocks._sync_await = _serialized_now(pump)
     try:
         _sync_await(
             runtime_stack.run_in_stack(
@@ -302,7 +305,8 @@ def render_config(
         _drain()
         raise RenderError(str(err), [r["urn"] for r in records]) from None
     finally:
-        del loop.run_in_executor
+        vars(loop).pop("run_in_executor", None)
+        mocks._sync_await = pump
         runtime_resource._get_stack_trace = capture_stack_trace
         os.chdir(cwd)
         sys.path.remove(str(root))
@@ -334,6 +338,27 @@ def _inline(loop):
         return done
 
     return run_in_executor
+
+
+def _serialized_now(pump):
+    """The mock monitor's `_sync_await` for its serializations of what Mocks returned (plain values, nothing to wait
+    for): run to the end here. The SDK's pump would step every other ready registration re-entrantly from inside
+    this one (~20 calls deep on our stacks, deeper the more are ready) where the thread pool stepped none."""
+    import asyncio
+
+    from pulumi.runtime import rpc
+
+    def sync_await(awaitable):
+        if not (asyncio.iscoroutine(awaitable) and awaitable.cr_code is rpc.serialize_properties.__code__):
+            return pump(awaitable)
+        try:
+            awaitable.send(None)
+        except StopIteration as done:
+            return done.value
+        awaitable.close()
+        raise RuntimeError("kimi-k3 bug: a mock's outputs waited on the event loop (Mocks returns plain values)")
+
+    return sync_await
 
 
 def _no_stack_trace():

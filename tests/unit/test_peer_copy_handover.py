@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 import threading
 import time
 from pathlib import Path
@@ -18,12 +17,6 @@ from pathlib import Path
 from kimi_k3.pods import weights_prefetch as wp
 
 REV = "3" * 40
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _bucket(tmp_path: Path, n: int) -> tuple[Path, dict[str, bytes]]:
@@ -46,8 +39,8 @@ def test_a_peer_waiting_on_a_file_is_served_it_not_sent_to_the_bucket(tmp_path, 
     dest.mkdir(parents=True)
     local = wp.Local(dest.parent / wp.VERIFIED, dest, files)
     wp.prepare_tree(src, dest, files, local)
-    port = _port()
-    server = wp.serve(local, owner_ip, port)
+    server = wp.serve(local, owner_ip, 0)  # the kernel's free port on the owner's own address: no probe, no race
+    port = server.server_address[1]
     real_mark = wp.Local.mark
 
     def slow_mark(self, rel):
