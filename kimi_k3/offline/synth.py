@@ -279,6 +279,7 @@ def render_config(
 
     m = Mocks()
     pulumi.runtime.set_all_config(config, sorted(secret_keys))
+    # preview=False: the outputs Mocks leaves out resolve from the inputs (in a preview they would be unknown).
     pulumi.runtime.set_mocks(m, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(m))
     settings.ROOT.set(None)  # run_in_stack registers the root stack itself, as the real entrypoint does
     cwd = Path.cwd()
