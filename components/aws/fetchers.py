@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pulumi
 import pulumi_aws as aws
 
+from components.aws.storage_args import ModelStorageArgs
 from kimi_k3.aws import iam
 from kimi_k3.aws import nodes as spec
 from kimi_k3.aws import storage as aws_storage
 from kimi_k3.names import FETCHER_ROLE
 
-if TYPE_CHECKING:
-    from components.aws.storage import ModelStorageArgs
-
 
 def weights_fetchers(
-    name: str, args: "ModelStorageArgs", bucket: aws.s3.Bucket, tags: dict[str, str], parent: pulumi.Resource
+    name: str, args: ModelStorageArgs, bucket: aws.s3.Bucket, tags: dict[str, str], parent: pulumi.Resource
 ) -> list[aws.ec2.Instance]:
     """The fetcher instances (one per share of the checkpoint), their token in Secrets Manager, their role (the
     bucket and that secret only), security group and launch template; children of `parent` (ModelStorage)."""

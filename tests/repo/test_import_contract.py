@@ -131,3 +131,22 @@ def test_argparse_outside_the_commands_breaks_the_contract(tmp_path):
     for where in planted[:-1]:
         assert f"{where.replace('/', '.')}.planted -> argparse (l.1)" in out.stdout, out.stdout[-2000:]
     assert "kimi_k3.commands.planted" not in out.stdout  # a command is where a command line is parsed
+
+
+CIRCLES = "no import circles: sibling modules and folders import one way only"
+
+
+@pytest.mark.slow  # lint-imports in a subprocess, ~5 s
+def test_a_type_only_import_back_breaks_the_circle_contract(tmp_path):
+    """The circle this contract was added for: the fetchers took ModelStorage's args type from the module that
+    imports them (under TYPE_CHECKING, which the layer contract between folders never compared)."""
+    tree = _copy(tmp_path)
+    fetchers = tree / "components" / "aws" / "fetchers.py"
+    planted = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from components.aws.storage import ModelStorage\n"
+    )
+    fetchers.write_text(fetchers.read_text() + planted)
+    out = _lint(tree)
+    assert out.returncode != 0
+    assert f"{CIRCLES} BROKEN" in out.stdout, out.stdout[-2000:]
+    assert "No cycles are allowed in components.aws." in out.stdout, out.stdout[-2000:]
