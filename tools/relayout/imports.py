@@ -1,7 +1,8 @@
 """The code's own import graph: cycles, upward (layer-breaking) imports and files over 400 lines.
 
 Reads every .py under kimi_k3/, components/, policies/ and __main__.py with `ast` (nothing is imported), resolves
-module-level AND function-local imports to project modules, and prints:
+module-level AND function-local imports to project modules (type-only ones under TYPE_CHECKING count as
+module-level: a circle in the types is still a circle), and prints:
   cycles      strongly connected components of the module-level graph (function-local imports listed apart:
               they are how a circle is hidden, so they count as edges for the layer check)
   upward      an import from a lower layer into a higher one (layers as in pyproject's import-linter contract)
@@ -91,18 +92,10 @@ def imports_of(mod: str, path: Path, modules: dict[str, Path]) -> list[tuple[str
                     target = _resolve(f"{base}.{alias.name}", modules) or _resolve(base, modules)
                     if target:
                         out.append((target, child.lineno, local))
-            elif isinstance(child, ast.If) and _is_type_checking(child.test):
-                continue  # typing-only imports do not run
             visit(child, inner)
 
     visit(tree, False)
     return [(t, line, loc) for t, line, loc in out if t != mod]
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
 
 
 FOUNDATION_FILES: set[str] = set()  # kimi_k3/<name>.py files at the package root outside LAYERS (filled by analyse)
